@@ -1,0 +1,105 @@
+"""The ``tracetool`` command line: a thin layer over the library.
+
+Commands load lazily (``COMMANDS`` maps a name to ``module:function`` and its
+one-line help), so ``tracetool --help`` and light commands never import
+torch, DuckDB or Textual.
+
+Exit codes (docs/cli.md): 0 ok, 1 a threshold or budget failed, 2 usage
+error, 3 bad input, 130 interrupted. Expected failures print one line on
+stderr; stdout carries only data.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from tracetool import __version__
+from tracetool.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_USAGE, TracetoolError
+
+#: name -> ("module:function", one-line help). Adding a command is one line here.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "validate": ("tracetool.cli.trace_cmds:validate", "Check a trace against the v1 contract."),
+    "info": ("tracetool.cli.trace_cmds:info", "Summarise a trace: requests, tokens, span, tables."),
+    "convert": ("tracetool.cli.trace_cmds:convert", "Rewrite a trace as parquet/arrow/arrows, one file per table."),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose commands are imported only when run (or asked for help)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        spec = COMMANDS.get(cmd_name)
+        if spec is None:
+            return None
+        module, _, attr = spec[0].partition(":")
+        cmd = getattr(importlib.import_module(module), attr)
+        assert isinstance(cmd, click.Command)
+        return cmd
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="tracetool")
+def cli() -> None:
+    """tracetool: where the latency of an LLM server goes, per request and per token.
+
+    Record per-token traces (record, serve, probe), attribute latency to network,
+    queueing, tokenizer, prefill and decode (analyze), and catch the usual
+    misdiagnoses with measured evidence. Exit codes: 0 ok, 1 threshold failed,
+    2 usage, 3 bad input, 130 interrupted.
+    """
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit code."""
+    code = run(argv)
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError):  # `tracetool ... | head`: not an error
+        _silence_stdout()
+    return code
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        rv: Any = cli.main(args=args, prog_name="tracetool", standalone_mode=False)
+    except click.exceptions.UsageError as e:
+        e.show()
+        return EXIT_USAGE
+    except click.exceptions.Exit as e:
+        return int(e.exit_code or 0)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        print("tracetool: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except TracetoolError as e:
+        print(f"tracetool: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except click.ClickException as e:
+        print(f"tracetool: error: {e.format_message()}", file=sys.stderr)
+        return EXIT_USAGE if e.exit_code == 2 else EXIT_BAD_INPUT
+    except BrokenPipeError:
+        _silence_stdout()
+        return 0
+    return int(rv or 0) if isinstance(rv, int) else 0
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

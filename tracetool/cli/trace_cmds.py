@@ -1,0 +1,159 @@
+"""``validate``, ``info`` and ``convert``: commands on trace files themselves."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import click
+import pyarrow as pa
+
+from tracetool.cli.common import emit_json, fmt_int, json_option, warn
+from tracetool.errors import BadInput, UsageError
+from tracetool.meta import write_meta
+from tracetool.reader import open_trace
+from tracetool.schema import TABLES
+from tracetool.summary import summarize
+
+
+@click.command()
+@click.argument("trace", type=click.Path(path_type=Path))
+@json_option
+def validate(trace: Path, as_json: bool) -> int:
+    """Check TRACE against the trace format v1 and say what was checked.
+
+    Checks meta.json (format, version, model/hardware fields), every table file
+    (readable Arrow IPC stream/file or Parquet, complete), required columns,
+    column types (any integer width, dictionary/large strings accepted),
+    nulls in required columns, end_ns >= start_ns, and known clocks.
+    Exit 0 when valid, 3 with one line naming file, table and column when not.
+    """
+    t = open_trace(trace, strict=True)
+    checks = []
+    for name, table in t.tables.items():
+        spec = TABLES.get(name)
+        if spec is None:
+            what = "unknown table, kept as is"
+        else:
+            parts = [f"{len(spec.required)} required columns", "types"]
+            parts += [f"{e} >= {s}" for s, e in spec.intervals]
+            if name == "spans":
+                parts.append("clocks")
+            if name == "tokens":
+                parts.append("index >= 0")
+            extra = [c for c in table.schema.names if spec.column(c) is None]
+            if extra:
+                parts.append(f"extra columns kept: {', '.join(extra)}")
+            what = ", ".join(parts)
+        checks.append({"table": name, "files": [p.name for p in t.files[name]], "rows": table.num_rows,
+                       "checked": what})
+    missing = [n for n in TABLES if n not in t.tables]
+    if as_json:
+        emit_json({"valid": True, "path": str(t.path), "version": t.meta["version"],
+                   "closed": t.meta.get("closed"), "tables": checks, "not_recorded": missing,
+                   "warnings": t.warnings})
+    else:
+        click.echo(f"ok  meta.json   format tracetool, version {t.meta['version']}"
+                   f"{'' if t.meta.get('closed', True) else ', recording not closed'}")
+        for c in checks:
+            nfiles = len(c["files"])
+            click.echo(f"ok  {c['table']:<10}{nfiles} file{'s' if nfiles != 1 else ''}, "
+                       f"{fmt_int(c['rows'])} rows: {c['checked']}")
+        for name in missing:
+            click.echo(f"--  {name:<10}not recorded")
+        total = sum(c["rows"] for c in checks)
+        click.echo(f"valid: {t.path} ({len(checks)} tables, {fmt_int(total)} rows)")
+    for w in t.warnings:
+        warn(w)
+    return 0
+
+
+@click.command()
+@click.argument("trace", type=click.Path(path_type=Path))
+@json_option
+def info(trace: Path, as_json: bool) -> int:
+    """Summarise TRACE: requests, tokens, time span, tables, model and hardware."""
+    t = open_trace(trace)
+    s = summarize(t)
+    if as_json:
+        emit_json(s)
+    else:
+        span = s["server_time_span_s"]
+        rows = [
+            ("trace", s["path"] + ("" if s["closed"] is not False else "  (recording not closed)")),
+            ("requests", f"{fmt_int(s['requests'])} ({fmt_int(s['requests_with_tokens'])} with tokens)"),
+            ("tokens", fmt_int(s["tokens"])),
+            ("time span", "-" if span is None else f"{span:.3f} s (server clock)"),
+            ("clocks", ", ".join(s["clocks"]) or "-"),
+            ("spans", ", ".join(f"{k} {v:,}" for k, v in sorted(s["span_names"].items())) or "-"),
+            ("tables", ", ".join(f"{k} ({v['rows']:,})" for k, v in s["tables"].items()) or "-"),
+            ("model", _kv(s["model"])),
+            ("hardware", _kv(s["hardware"])),
+        ]
+        if s["dropped_rows"]:
+            rows.append(("dropped", ", ".join(f"{k} {v:,}" for k, v in s["dropped_rows"].items())))
+        rows += [("note", n) for n in s["notes"]]
+        for k, v in rows:
+            click.echo(f"{k:<10} {v}")
+    for w in t.warnings:
+        warn(w)
+    return 0
+
+
+def _kv(d: dict | None) -> str:
+    if not d:
+        return "-"
+    return ", ".join(f"{k}={v}" for k, v in d.items())
+
+
+@click.command()
+@click.argument("trace", type=click.Path(path_type=Path))
+@click.option("--to", "fmt", type=click.Choice(["parquet", "arrow", "arrows"]), default="parquet",
+              show_default=True, help="File kind to write: Parquet, Arrow IPC file or Arrow IPC stream.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
+              help="Output trace directory (must not exist, or be empty).")
+@click.option("--force", is_flag=True, help="Replace table files in a non-empty output directory.")
+def convert(trace: Path, fmt: str, output: Path, force: bool) -> int:
+    """Rewrite TRACE with one file per table (segments compacted) in another file kind.
+
+    Also recovers an interrupted recording: complete batches of a cut stream
+    are kept, the cut tail is dropped (and said on stderr).
+    """
+    t = open_trace(trace)
+    if output.exists() and any(output.iterdir()) and not force:
+        raise UsageError(f"{output}: exists and is not empty (use --force to replace its table files)")
+    if output.resolve() == t.path.resolve():
+        raise UsageError("output must be a different directory from the input")
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+        for p in output.iterdir():
+            if p.suffix in (".arrows", ".arrow", ".parquet"):
+                p.unlink()
+        for name, table in t.tables.items():
+            _write_table(table.combine_chunks(), output / f"{name}.{fmt}", fmt)
+        meta = dict(t.meta)
+        meta["notes"] = [*list(meta.get("notes") or []), f"converted to {fmt} from {t.path}"]
+        meta.setdefault("closed", True)
+        write_meta(output, meta)
+        for extra in ("README.md",):
+            if (t.path / extra).is_file():
+                shutil.copy(t.path / extra, output / extra)
+    except OSError as e:
+        raise BadInput(f"{output}: cannot write ({e.strerror or e})") from e
+    for w in t.warnings:
+        warn(w)
+    click.echo(f"wrote {output} ({len(t.tables)} tables, {fmt})")
+    return 0
+
+
+def _write_table(table: pa.Table, path: Path, fmt: str) -> None:
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, path)
+    elif fmt == "arrow":
+        with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+            w.write_table(table)
+    else:
+        with pa.OSFile(str(path), "wb") as f, pa.ipc.new_stream(f, table.schema) as w:
+            w.write_table(table)

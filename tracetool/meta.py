@@ -1,0 +1,87 @@
+"""``meta.json``: what a trace is, what produced it, and what it could not record."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from tracetool import __version__
+from tracetool.errors import TraceFormatError
+from tracetool.schema import FORMAT, META_FILE, VERSION
+
+#: Known numeric fields of the optional blocks; other keys are kept as they are.
+MODEL_NUMBERS = ("params", "active_params", "layers", "kv_heads", "head_dim",
+                 "weight_bytes_per_param", "kv_bytes_per_elem", "kv_bytes_per_token",
+                 "hidden", "heads", "vocab")
+HARDWARE_NUMBERS = ("gpu_count", "mem_bw_bytes_per_s", "peak_flops")
+
+
+def new_meta(**fields: Any) -> dict[str, Any]:
+    """A fresh ``meta.json`` body for a trace being recorded now."""
+    meta: dict[str, Any] = {
+        "format": FORMAT,
+        "version": VERSION,
+        "created_unix_ns": time.time_ns(),
+        "producer": {"name": "tracetool", "version": __version__},
+        "clocks": {"server": "unix epoch nanoseconds (CLOCK_REALTIME) of the recording host"},
+        "notes": [],
+        "dropped_rows": {},
+        "closed": False,
+    }
+    meta.update({k: v for k, v in fields.items() if v is not None})
+    return meta
+
+
+def write_meta(directory: str | os.PathLike[str], meta: dict[str, Any]) -> None:
+    """Write ``meta.json`` atomically (a reader never sees half a file)."""
+    path = Path(directory) / META_FILE
+    tmp = path.with_name(f".{META_FILE}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(meta, indent=2, sort_keys=False, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def read_meta(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and check ``meta.json``; raise :class:`TraceFormatError` naming what is wrong."""
+    path = Path(directory) / META_FILE
+    if not path.is_file():
+        raise TraceFormatError(f"no {META_FILE}: not a tracetool trace directory", path=str(directory))
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TraceFormatError(f"unreadable JSON ({_one_line(e)})", path=str(path)) from e
+    return check_meta(meta, str(path))
+
+
+def check_meta(meta: Any, where: str = META_FILE) -> dict[str, Any]:
+    """Check the fields the contract fixes; keep everything else."""
+    if not isinstance(meta, dict):
+        raise TraceFormatError("must hold a JSON object", path=where)
+    if meta.get("format") != FORMAT:
+        raise TraceFormatError(f'"format" must be "{FORMAT}", found {meta.get("format")!r}', path=where)
+    version = meta.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise TraceFormatError(f'"version" must be an integer, found {version!r}', path=where)
+    if version != VERSION:
+        raise TraceFormatError(f"unsupported trace version {version} (this tracetool reads version {VERSION})",
+                               path=where)
+    for block, numbers in (("model", MODEL_NUMBERS), ("hardware", HARDWARE_NUMBERS)):
+        value = meta.get(block)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            raise TraceFormatError(f'"{block}" must be an object', path=where)
+        for key in numbers:
+            v = value.get(key)
+            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0):
+                raise TraceFormatError(f'"{block}.{key}" must be a non-negative number, found {v!r}', path=where)
+    for key, kind in (("notes", list), ("dropped_rows", dict)):
+        if key in meta and not isinstance(meta[key], kind):
+            raise TraceFormatError(f'"{key}" must be a JSON {kind.__name__}', path=where)
+    return meta
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())

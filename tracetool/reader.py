@@ -1,0 +1,313 @@
+"""Reading v1 traces: every table as one Arrow table in its canonical types.
+
+Readers are forgiving where the format allows and exact where it does not:
+
+* integer columns take any integer width, string columns take large and
+  dictionary-encoded strings, float columns take ints and floats; ``_ns``
+  columns also take ``timestamp[ns]``/``duration[ns]``;
+* anything else, a missing required column, a null in one, ``end < start`` or
+  an unknown clock is a :class:`TraceFormatError` naming file, table and column;
+* extra columns and tables are kept;
+* a stream file whose tail was cut (a recording killed mid-write) keeps every
+  complete batch: ``strict=True`` (``tracetool validate``) reports the cut as
+  an error, other readers keep the prefix and add a warning.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tracetool.errors import BadInput, TraceFormatError
+from tracetool.meta import read_meta
+from tracetool.schema import CLOCKS, META_FILE, TABLE_FILE_RE, TABLES, Table
+
+_ARROW_FILE_MAGIC = b"ARROW1"
+_PARQUET_MAGIC = b"PAR1"
+
+
+@dataclass
+class Trace:
+    """A trace read into memory: ``meta.json`` and every table as Arrow."""
+
+    path: Path
+    meta: dict[str, Any]
+    tables: dict[str, pa.Table]
+    files: dict[str, list[Path]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def has(self, name: str) -> bool:
+        return name in self.tables
+
+    def table(self, name: str) -> pa.Table:
+        """The table, or an empty one in the canonical schema when it was not recorded."""
+        t = self.tables.get(name)
+        if t is not None:
+            return t
+        if name in TABLES:
+            return TABLES[name].arrow_schema.empty_table()
+        raise KeyError(name)
+
+    def rows(self, name: str) -> int:
+        t = self.tables.get(name)
+        return 0 if t is None else t.num_rows
+
+    def register(self, con: Any, prefix: str = "") -> list[str]:
+        """Register every table (recorded or not, known ones always) in a DuckDB connection.
+
+        Registration scans the Arrow memory in place; nothing is copied.
+        Returns the registered names.
+        """
+        names = []
+        for name in sorted(set(TABLES) | set(self.tables)):
+            con.register(f"{prefix}{name}", self.table(name))
+            names.append(f"{prefix}{name}")
+        return names
+
+
+def open_trace(path: str | os.PathLike[str], *, strict: bool = False,
+               tables: Iterable[str] | None = None) -> Trace:
+    """Read a trace directory.
+
+    Args:
+        path: the trace directory (or its ``meta.json``).
+        strict: treat a cut stream tail as an error instead of a warning.
+        tables: read only these tables (others are listed in ``files`` but not loaded).
+
+    Raises:
+        BadInput: the path is not a readable trace.
+        TraceFormatError: the trace breaks the contract (names file, table, column).
+    """
+    p = Path(path)
+    if p.name == META_FILE and p.is_file():
+        p = p.parent
+    if not p.exists():
+        raise BadInput(f"{p}: no such file or directory")
+    if not p.is_dir():
+        raise BadInput(f"{p}: not a trace (a trace is a directory holding {META_FILE} and table files)")
+    meta = read_meta(p)
+    files = table_files(p)
+    trace = Trace(path=p, meta=meta, tables={}, files=files)
+    wanted = set(tables) if tables is not None else None
+    for name, paths in files.items():
+        if wanted is not None and name not in wanted:
+            continue
+        trace.tables[name] = _read_table(name, paths, strict, trace.warnings)
+    if meta.get("closed") is False:
+        trace.warnings.append(f"{p}: recording was not closed (the recorder was killed or is still running)")
+    return trace
+
+
+def find_traces(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """Expand arguments into trace directories: a trace, or a directory of traces."""
+    out: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir() and not (p / META_FILE).exists():
+            subs = sorted(d for d in p.iterdir() if d.is_dir() and (d / META_FILE).is_file())
+            if not subs:
+                raise BadInput(f"{p}: neither a trace nor a directory of traces (no {META_FILE} found)")
+            out.extend(subs)
+        else:
+            out.append(p)
+    return out
+
+
+def table_files(directory: Path) -> dict[str, list[Path]]:
+    """Table name -> its files, the unsuffixed file first, then segments in natural order."""
+    groups: dict[str, list[tuple[tuple[Any, ...], Path]]] = {}
+    for entry in directory.iterdir():
+        m = TABLE_FILE_RE.match(entry.name)
+        if not m or not entry.is_file():
+            continue
+        suffix = m.group("suffix")
+        key = (0, ()) if suffix is None else (1, _natural(suffix))
+        groups.setdefault(m.group("table"), []).append((key, entry))
+    return {name: [p for _, p in sorted(items, key=lambda kp: (kp[0], kp[1].name))]
+            for name, items in sorted(groups.items())}
+
+
+def _natural(s: str) -> tuple[Any, ...]:
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s))
+
+
+# -- reading files ------------------------------------------------------------------------
+
+def _read_table(name: str, paths: list[Path], strict: bool, warnings: list[str]) -> pa.Table:
+    spec = TABLES.get(name)
+    parts = []
+    for path in paths:
+        raw = _read_file(path, strict, warnings)
+        if raw is None:
+            continue
+        parts.append(conform_table(raw, spec, str(path)) if spec else raw)
+    if not parts:
+        return spec.arrow_schema.empty_table() if spec else pa.table({})
+    table = parts[0] if len(parts) == 1 else _concat(parts, name, paths)
+    if spec is not None:
+        check_rows(table, spec, ", ".join(str(p) for p in paths))
+    return table
+
+
+def _concat(parts: list[pa.Table], name: str, paths: list[Path]) -> pa.Table:
+    try:
+        return pa.concat_tables(parts, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise TraceFormatError(f"segments do not agree on column types ({_line(e)})",
+                               path=str(paths[0].parent), table=name) from e
+
+
+def _read_file(path: Path, strict: bool, warnings: list[str]) -> pa.Table | None:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError as e:
+        raise BadInput(f"{path}: cannot read ({e.strerror or e})") from e
+    if not head:
+        if strict:
+            raise TraceFormatError("empty file (no Arrow schema)", path=str(path))
+        warnings.append(f"{path}: empty file skipped")
+        return None
+    try:
+        if head.startswith(_PARQUET_MAGIC):
+            import pyarrow.parquet as pq
+
+            return pq.read_table(path)
+        if head.startswith(_ARROW_FILE_MAGIC):
+            with pa.memory_map(str(path)) as src:
+                return pa.ipc.open_file(src).read_all()
+        return _read_stream(path, strict, warnings)
+    except TraceFormatError:
+        raise
+    except (pa.ArrowException, OSError, ValueError) as e:
+        kind = {"parquet": "Parquet", "arrow": "Arrow IPC file", "arrows": "Arrow IPC stream"}[path.suffix[1:]]
+        raise TraceFormatError(f"not a readable {kind} ({_line(e)})", path=str(path)) from e
+
+
+def _read_stream(path: Path, strict: bool, warnings: list[str]) -> pa.Table:
+    """Read a stream, keeping every complete batch before a cut tail."""
+    with pa.memory_map(str(path)) as src:
+        try:
+            reader = pa.ipc.open_stream(src)
+        except (pa.ArrowException, OSError) as e:
+            raise TraceFormatError(f"not an Arrow IPC stream: no readable schema ({_line(e)})",
+                                   path=str(path)) from e
+        batches = []
+        while True:
+            try:
+                batches.append(reader.read_next_batch())
+            except StopIteration:
+                break
+            except (pa.ArrowException, OSError) as e:
+                rows = sum(b.num_rows for b in batches)
+                msg = (f"stream cut after {len(batches)} complete batches ({rows} rows); "
+                       f"the rest is unreadable ({_line(e)})")
+                if strict:
+                    raise TraceFormatError(msg + "; other commands read the complete batches",
+                                           path=str(path)) from e
+                warnings.append(f"{path}: {msg}")
+                break
+        return pa.Table.from_batches(batches, schema=reader.schema)
+
+
+# -- types and rows -----------------------------------------------------------------------
+
+def conform_table(table: pa.Table, spec: Table, where: str) -> pa.Table:
+    """Cast a table's known columns to the canonical types, add absent optional ones as nulls."""
+    names = table.schema.names
+    for dup in {n for n in names if names.count(n) > 1}:
+        raise TraceFormatError("column appears twice", path=where, table=spec.name, column=dup)
+    columns: dict[str, pa.ChunkedArray] = {}
+    for col in spec.columns:
+        if col.name not in names:
+            if col.required:
+                raise TraceFormatError("required column missing", path=where, table=spec.name, column=col.name)
+            columns[col.name] = pa.chunked_array([pa.nulls(table.num_rows, col.type)])
+            continue
+        columns[col.name] = _cast(table.column(col.name), col.type, col.kind, col.name, spec.name, where)
+    for extra in names:  # extra columns are kept, after the known ones
+        if extra not in columns:
+            columns[extra] = table.column(extra)
+    fields = [pa.field(c.name, c.type, nullable=not c.required) for c in spec.columns]
+    fields += [table.schema.field(n) for n in names if spec.column(n) is None]
+    return pa.Table.from_arrays(list(columns.values()), schema=pa.schema(fields))
+
+
+def _cast(arr: pa.ChunkedArray, target: pa.DataType, kind: str, column: str, table: str,
+          where: str) -> pa.ChunkedArray:
+    t = arr.type
+    if t == target:
+        return arr
+    ok = False
+    if kind == "int":
+        ok = pa.types.is_integer(t) or (column.endswith("_ns") and (
+            (pa.types.is_timestamp(t) or pa.types.is_duration(t)) and t.unit == "ns"))
+        if ok and not pa.types.is_integer(t):
+            arr = arr.cast(pa.int64())
+    elif kind == "float":
+        ok = pa.types.is_integer(t) or pa.types.is_floating(t)
+    else:
+        ok = _is_string_like(t)
+        if pa.types.is_dictionary(t):
+            arr = arr.cast(t.value_type)
+    if not ok or pa.types.is_null(t):
+        raise TraceFormatError(f"type {t} not accepted (expected {_expected(kind, target)})",
+                               path=where, table=table, column=column)
+    try:
+        return arr.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise TraceFormatError(f"values do not fit {target} ({_line(e)})", path=where, table=table,
+                               column=column) from e
+
+
+def _is_string_like(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        return _is_string_like(t.value_type)
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t)
+                or getattr(pa.types, "is_string_view", lambda _t: False)(t))
+
+
+def _expected(kind: str, target: pa.DataType) -> str:
+    return {"int": f"{target}, any integer width", "float": "a float or integer",
+            "string": "string, large_string or dictionary-encoded string"}[kind]
+
+
+def check_rows(table: pa.Table, spec: Table, where: str) -> None:
+    """Row-level rules: no nulls in required columns, intervals in order, known clocks."""
+    for col in spec.required:
+        nulls = table.column(col.name).null_count
+        if nulls:
+            raise TraceFormatError(f"{nulls} null value(s) in a required column", path=where,
+                                   table=spec.name, column=col.name)
+    for start, end in spec.intervals:
+        bad = pc.sum(pc.cast(pc.less(table.column(end), table.column(start)), pa.int64())).as_py()
+        if bad:
+            raise TraceFormatError(f"{bad} row(s) with {end} < {start}", path=where, table=spec.name,
+                                   column=end)
+    if spec.name == "spans" and table.num_rows:
+        unknown = pc.unique(pc.filter(table.column("clock"),
+                                      pc.invert(pc.is_in(table.column("clock"), pa.array(CLOCKS)))))
+        if len(unknown):
+            raise TraceFormatError(f"unknown clock {unknown[0].as_py()!r} (expected one of {', '.join(CLOCKS)})",
+                                   path=where, table=spec.name, column="clock")
+    if spec.name == "tokens" and table.num_rows:
+        neg = pc.sum(pc.cast(pc.less(table.column("index"), 0), pa.int64())).as_py()
+        if neg:
+            raise TraceFormatError(f"{neg} row(s) with a negative index", path=where, table=spec.name,
+                                   column="index")
+
+
+def _line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text[:300]

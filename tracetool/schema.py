@@ -1,0 +1,211 @@
+"""The trace format v1: the one contract every part of tracetool reads and writes.
+
+A trace is a directory holding ``meta.json`` and one file (or several segments)
+per table. This module is the single source of truth for the tables, their
+columns, types and units; ``docs/trace-format.md`` documents the same contract
+for people who write traces with nothing but pyarrow, and a test keeps the two
+in step.
+
+Units live in column names: ``_ns`` nanoseconds, ``_pct`` percent (0-100),
+``_bytes`` bytes, ``_w`` watts, ``_mhz`` megahertz.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+FORMAT = "tracetool"
+VERSION = 1
+META_FILE = "meta.json"
+
+#: File kinds a table may be stored in, by extension.
+EXTENSIONS = ("arrows", "arrow", "parquet")
+
+#: ``<table>.<ext>`` or a segment ``<table>-<suffix>.<ext>``.
+TABLE_FILE_RE = re.compile(r"^(?P<table>[a-z_][a-z0-9_]*)(?:-(?P<suffix>[^/]+?))?\.(?P<ext>arrows|arrow|parquet)$")
+
+CLOCKS = ("server", "client")
+
+#: Standard span names. Other names are allowed and kept (counted as ``other``
+#: by the analyzers unless they start with one of these).
+CLIENT_REQUEST = "client.request"
+SERVER_REQUEST = "server.request"
+PHASES = ("tokenize", "queue", "preprocess", "prefill", "decode", "detokenize", "postprocess")
+#: Components of the attribution rule, in the order they happen.
+COMPONENTS = ("network", "queue", "tokenize", "preprocess", "prefill", "decode",
+              "detokenize", "postprocess", "other")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a table: its Arrow type, whether it must be present and
+    non-null, and what it means (with its unit)."""
+
+    name: str
+    type: pa.DataType
+    required: bool
+    doc: str
+
+    @property
+    def kind(self) -> str:
+        """The type family readers accept for this column: int, float or string."""
+        if pa.types.is_integer(self.type):
+            return "int"
+        if pa.types.is_floating(self.type):
+            return "float"
+        return "string"
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table of the format: its columns and what one row stands for."""
+
+    name: str
+    doc: str
+    columns: tuple[Column, ...]
+    #: Pairs (start, end) that must satisfy end >= start on every row.
+    intervals: tuple[tuple[str, str], ...] = field(default=())
+
+    @property
+    def required(self) -> tuple[Column, ...]:
+        return tuple(c for c in self.columns if c.required)
+
+    def column(self, name: str) -> Column | None:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        return None
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([pa.field(c.name, c.type, nullable=not c.required) for c in self.columns])
+
+
+def _c(name: str, type_: pa.DataType, doc: str, required: bool = False) -> Column:
+    return Column(name, type_, required, doc)
+
+
+I32, I64, F64, STR = pa.int32(), pa.int64(), pa.float64(), pa.string()
+
+SPANS = Table(
+    "spans",
+    "Request-level phases. One row per span; a request may have several spans of one name "
+    "(their durations add up).",
+    (
+        _c("request_id", STR, "Request the span belongs to.", True),
+        _c("name", STR, "Phase name: client.request, server.request, tokenize, queue, preprocess, "
+           "prefill, decode, detokenize, postprocess, or any other name.", True),
+        _c("start_ns", I64, "Start, nanoseconds on the clock named by `clock`.", True),
+        _c("end_ns", I64, "End, nanoseconds on the clock named by `clock`; >= start_ns.", True),
+        _c("clock", STR, "`server` or `client`: which clock the two timestamps are on.", True),
+    ),
+    intervals=(("start_ns", "end_ns"),),
+)
+
+TOKENS = Table(
+    "tokens",
+    "One row per generated token.",
+    (
+        _c("request_id", STR, "Request that generated the token.", True),
+        _c("index", I32, "Position in the output: 0 = first output token (produced by prefill).", True),
+        _c("emit_ns", I64, "Server clock, nanoseconds: when the token was produced.", True),
+        _c("kv_len", I32, "Context length, in tokens, that the producing forward pass attended over "
+           "(prompt length + index under tracetool's collectors)."),
+        _c("step_start_ns", I64, "Server clock, nanoseconds: start of the forward pass that produced it."),
+        _c("step_end_ns", I64, "Server clock, nanoseconds: end of that forward pass."),
+        _c("batch_size", I32, "Sequences in the batch of that forward pass."),
+        _c("client_recv_ns", I64, "Client clock, nanoseconds: when the client received the token."),
+        _c("step_id", I64, "The `steps` row (engine iteration) that produced the token, when recorded."),
+    ),
+    intervals=(("step_start_ns", "step_end_ns"),),
+)
+
+GPU = Table(
+    "gpu",
+    "GPU samples (NVML), one row per GPU per sample.",
+    (
+        _c("ts_ns", I64, "Server clock, nanoseconds: when the sample was read.", True),
+        _c("gpu", I32, "GPU index as NVML numbers it.", True),
+        _c("sm_util_pct", F64, "SM activity, percent: GPM SM_UTIL where supported, else NVML's "
+           "utilization.gpu (percent of time any kernel ran)."),
+        _c("mem_util_pct", F64, "Memory controller busy, percent (NVML utilization.memory)."),
+        _c("dram_bw_util_pct", F64, "DRAM bandwidth used, percent of peak (GPM DRAM_BW_UTIL, Hopper+)."),
+        _c("power_w", F64, "Board power draw, watts."),
+        _c("sm_clock_mhz", F64, "SM clock, megahertz."),
+        _c("mem_clock_mhz", F64, "Memory clock, megahertz."),
+        _c("mem_used_bytes", I64, "Device memory in use, bytes."),
+        _c("gpu_util_pct", F64, "NVML utilization.gpu: percent of the sample period a kernel ran."),
+        _c("sm_occupancy_pct", F64, "GPM SM_OCCUPANCY, percent (Hopper+)."),
+        _c("tensor_util_pct", F64, "GPM ANY_TENSOR_UTIL, percent (Hopper+)."),
+        _c("clock_event_reasons", I64, "NVML clock-event (throttle) reason bitmask."),
+        _c("pcie_tx_bytes_per_s", F64, "PCIe transmit throughput, bytes per second."),
+        _c("pcie_rx_bytes_per_s", F64, "PCIe receive throughput, bytes per second."),
+    ),
+)
+
+STACKS = Table(
+    "stacks",
+    "CPU samples (py-spy), aggregated per timestamp, thread and stack.",
+    (
+        _c("ts_ns", I64, "Server clock, nanoseconds: when the sample was taken.", True),
+        _c("thread", STR, "Thread name or id.", True),
+        _c("category", STR, "tokenize, model-forward, sampling, detokenize, network-io, "
+           "serialization, idle or other.", True),
+        _c("stack", STR, "Folded stack, root first, frames separated by `;`.", True),
+        _c("weight", I32, "Number of samples this row stands for.", True),
+    ),
+)
+
+STEPS = Table(
+    "steps",
+    "Engine iterations of batched servers: one row per forward pass over the batch.",
+    (
+        _c("step_id", I64, "Iteration number, unique within the trace.", True),
+        _c("start_ns", I64, "Server clock, nanoseconds: start of the iteration.", True),
+        _c("end_ns", I64, "Server clock, nanoseconds: end of the iteration; >= start_ns.", True),
+        _c("batch_size", I32, "Sequences in the batch.", True),
+        _c("prefill_tokens", I32, "Prompt tokens processed in this iteration.", True),
+        _c("decode_tokens", I32, "Tokens decoded in this iteration.", True),
+        _c("kv_tokens", I64, "KV-cache tokens attended over, summed over the batch.", True),
+    ),
+    intervals=(("start_ns", "end_ns"),),
+)
+
+REQUESTS = Table(
+    "requests",
+    "Optional per-request facts that are not time spans: sizes and outcome.",
+    (
+        _c("request_id", STR, "Request id.", True),
+        _c("prompt_tokens", I32, "Prompt length, tokens."),
+        _c("output_tokens", I32, "Tokens generated."),
+        _c("status", STR, "`ok` or `error`."),
+        _c("error", STR, "Error message when status is `error`."),
+        _c("prompt_chars", I64, "Prompt length, characters."),
+    ),
+)
+
+TABLES: dict[str, Table] = {t.name: t for t in (SPANS, TOKENS, GPU, STACKS, STEPS, REQUESTS)}
+
+#: Interned-string row layout used by the writer's integer buffers: a null in
+#: an integer column travels as this sentinel and becomes a real null on flush.
+INT_NULL = -(1 << 63)
+
+
+def table_file_name(table: str, ext: str = "arrows", suffix: str | None = None) -> str:
+    """The file name a table (or one of its segments) is stored under."""
+    return f"{table}-{suffix}.{ext}" if suffix else f"{table}.{ext}"
+
+
+def tables_markdown() -> str:
+    """The tables section of docs/trace-format.md, generated from this module."""
+    out = []
+    for t in TABLES.values():
+        out += [f"### `{t.name}`", "", t.doc, "", "| column | type | required | meaning |", "|---|---|---|---|"]
+        out += [f"| `{c.name}` | {c.type} | {'yes' if c.required else 'no'} | {c.doc} |" for c in t.columns]
+        out.append("")
+        if t.intervals:
+            out += [" ".join(f"Rule: `{e} >= {s}` on every row." for s, e in t.intervals), ""]
+    return "\n".join(out)

@@ -1,0 +1,533 @@
+"""Streaming trace writer: cheap appends on the caller's thread, Arrow I/O on a background thread.
+
+Design (measured in ``benchmarks/bench_writer.py``):
+
+* Tables whose columns are all integers or strings (spans, tokens, steps,
+  stacks, requests) buffer rows as packed int64s in one ``array.array`` per
+  table. A row is appended with one ``struct.pack`` + ``frombytes``: a single C
+  call, so rows from several threads never interleave, and a bad value fails
+  before anything is appended. Strings travel as codes of a shared
+  :class:`Interner`; a null travels as :data:`tracetool.schema.INT_NULL`.
+* Tables with float columns (gpu) buffer Python tuples; they are low-rate.
+* A background thread drains the buffers at least every ``flush_interval_s``
+  and whenever ``flush_rows`` rows are pending, turns them into Arrow record
+  batches (numpy views, no per-value Python work) and appends them to
+  ``<table>.arrows`` (Arrow IPC stream). Each batch goes out in one ``write``,
+  so a killed process leaves a readable prefix.
+* When a table has ``max_pending_rows`` rows waiting, new rows are dropped and
+  counted, never blocking the caller; the counts land in ``meta.json``.
+* Nothing here raises into the caller after :meth:`TraceWriter.start`: an I/O
+  failure (disk full, directory gone) stops the writer with one line on
+  stderr, and later rows are counted as dropped.
+"""
+
+from __future__ import annotations
+
+import array
+import atexit
+import os
+import struct
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from tracetool.errors import BadInput
+from tracetool.meta import new_meta, write_meta
+from tracetool.notices import say_once
+from tracetool.schema import INT_NULL, TABLES, Table, table_file_name
+
+EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+
+
+class Interner:
+    """Maps strings to int64 codes for the packed buffers; thread-safe.
+
+    Codes are never reused. A code can be retired (a finished request id) and
+    is forgotten two flushes later, so a long-running server does not keep
+    every request id it ever saw.
+    """
+
+    def __init__(self) -> None:
+        self._codes: dict[str, int] = {}
+        self._strings: dict[int, str] = {}
+        self._next = 0
+        self._lock = threading.Lock()
+        self._retired: list[int] = []
+        self._retiring: list[int] = []
+
+    def code(self, s: str) -> int:
+        c = self._codes.get(s)
+        if c is None:
+            with self._lock:
+                c = self._codes.get(s)
+                if c is None:
+                    c = self._next
+                    self._next += 1
+                    self._strings[c] = s
+                    self._codes[s] = c
+        return c
+
+    def retire(self, code: int) -> None:
+        self._retired.append(code)
+
+    def lookup(self, codes: Iterable[int]) -> list[str | None]:
+        get = self._strings.get
+        return [get(int(c)) for c in codes]
+
+    def collect(self) -> None:
+        """Called by the flusher after a drain: forget codes retired two drains ago."""
+        with self._lock:
+            old, self._retiring = self._retiring, self._retired
+            self._retired = []
+            for c in old:
+                s = self._strings.pop(c, None)
+                if s is not None and self._codes.get(s) == c:
+                    del self._codes[s]
+
+    def __len__(self) -> int:
+        return len(self._strings)
+
+
+class Sink:
+    """Where the rows of one table wait for the flusher. Subclasses pick the buffer."""
+
+    def __init__(self, table: Table, max_pending_rows: int) -> None:
+        self.table = table
+        self.schema = table.arrow_schema
+        self.max_pending_rows = max_pending_rows
+        self.dropped = 0
+        self.rows_written = 0
+        self.last_flush = time.monotonic()
+        self._batches: list[pa.RecordBatch] = []
+
+    def pending(self) -> int:
+        raise NotImplementedError
+
+    def append(self, values: Sequence[Any]) -> None:
+        """Append one row given as plain values in the table's column order (None = null)."""
+        raise NotImplementedError
+
+    def append_batch(self, data: Mapping[str, Any] | pa.RecordBatch | pa.Table) -> None:
+        """Append many rows at once, column-wise (the cheap path for batched engines).
+
+        ``data`` maps column names to sequences, numpy arrays or Arrow arrays;
+        absent optional columns are null. Bad data raises here, in the caller,
+        since this is not a hot per-token path.
+        """
+        batch = conform_batch(self.table, data)
+        if batch.num_rows == 0:
+            return
+        if self._pending_batch_rows() + batch.num_rows > self.max_pending_rows:
+            self.dropped += batch.num_rows
+            return
+        self._batches.append(batch)
+
+    def _pending_batch_rows(self) -> int:
+        return sum(b.num_rows for b in list(self._batches))
+
+    def drain(self) -> list[pa.RecordBatch]:
+        """Take what is pending as record batches (flusher thread only)."""
+        out: list[pa.RecordBatch] = []
+        n = len(self._batches)
+        if n:
+            out.extend(self._batches[:n])
+            del self._batches[:n]
+        rows = self._drain_rows()
+        if rows is not None and rows.num_rows:
+            out.append(rows)
+        return out
+
+    def _drain_rows(self) -> pa.RecordBatch | None:
+        raise NotImplementedError
+
+
+class PackedSink(Sink):
+    """Rows of int64s (strings as interner codes) packed into one ``array('q')``."""
+
+    def __init__(self, table: Table, max_pending_rows: int, interner: Interner) -> None:
+        super().__init__(table, max_pending_rows)
+        self.interner = interner
+        self.ncols = len(table.columns)
+        self.buf = array.array("q")
+        #: ``pack(*ints)`` gives the bytes of one row; hot paths call
+        #: ``buf.frombytes(pack(...))`` directly after checking :meth:`full`.
+        self.pack = struct.Struct(f"={self.ncols}q").pack
+        self.max_items = max_pending_rows * self.ncols
+        self._is_str = [c.kind == "string" for c in table.columns]
+
+    def pending(self) -> int:
+        return len(self.buf) // self.ncols + self._pending_batch_rows()
+
+    def full(self) -> bool:
+        return len(self.buf) >= self.max_items
+
+    def append(self, values: Sequence[Any]) -> None:
+        if len(self.buf) >= self.max_items:
+            self.dropped += 1
+            return
+        code = self.interner.code
+        ints = [
+            INT_NULL if v is None else (code(str(v)) if is_str else int(v))
+            for v, is_str in zip(values, self._is_str)
+        ]
+        self.buf.frombytes(self.pack(*ints))
+
+    def _drain_rows(self) -> pa.RecordBatch | None:
+        n = len(self.buf) // self.ncols * self.ncols
+        if n == 0:
+            return None
+        chunk = self.buf[:n]
+        del self.buf[:n]
+        m = np.frombuffer(chunk, dtype=np.int64).reshape(-1, self.ncols)
+        arrays = []
+        for j, col in enumerate(self.table.columns):
+            values = np.ascontiguousarray(m[:, j])
+            if self._is_str[j]:
+                arrays.append(self._strings(values))
+            else:
+                arrays.append(_int_array(values, col.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _strings(self, codes: np.ndarray) -> pa.Array:
+        uniq, inverse = np.unique(codes, return_inverse=True)
+        names = self.interner.lookup(uniq)
+        return pa.array(names, pa.string()).take(pa.array(inverse.astype(np.int32)))
+
+
+class RowSink(Sink):
+    """Rows kept as Python tuples: for low-rate tables with float columns."""
+
+    def __init__(self, table: Table, max_pending_rows: int) -> None:
+        super().__init__(table, max_pending_rows)
+        self.rows: list[tuple[Any, ...]] = []
+
+    def pending(self) -> int:
+        return len(self.rows) + self._pending_batch_rows()
+
+    def append(self, values: Sequence[Any]) -> None:
+        if len(self.rows) >= self.max_pending_rows:
+            self.dropped += 1
+            return
+        if len(values) != len(self.table.columns):
+            raise ValueError(f"{self.table.name}: expected {len(self.table.columns)} values, got {len(values)}")
+        self.rows.append(tuple(values))
+
+    def _drain_rows(self) -> pa.RecordBatch | None:
+        n = len(self.rows)
+        if n == 0:
+            return None
+        rows = self.rows[:n]
+        del self.rows[:n]
+        arrays = []
+        for j, col in enumerate(self.table.columns):
+            values = [r[j] for r in rows]
+            try:
+                arrays.append(pa.array(values, col.type))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+                # one bad value must not lose the batch: keep what converts
+                arrays.append(pa.array([_coerce(v, col.kind) for v in values], col.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+def _coerce(v: Any, kind: str) -> Any:
+    try:
+        if v is None:
+            return None
+        if kind == "int":
+            return int(v)
+        if kind == "float":
+            return float(v)
+        return str(v)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+_INT_RANGES = {bits: (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) for bits in (8, 16, 32, 64)}
+
+
+def _int_array(values: np.ndarray, type_: pa.DataType) -> pa.Array:
+    null = values == INT_NULL
+    arr = pa.array(values, pa.int64(), mask=null if null.any() else None)
+    if type_ == pa.int64():
+        return arr
+    lo, hi = _INT_RANGES[type_.bit_width]
+    out_of_range = (values < lo) | (values > hi)
+    out_of_range &= ~null
+    if out_of_range.any():  # a value that does not fit becomes null, not a wrapped number
+        arr = pa.array(values, pa.int64(), mask=null | out_of_range)
+    return arr.cast(type_)
+
+
+def conform_batch(table: Table, data: Mapping[str, Any] | pa.RecordBatch | pa.Table) -> pa.RecordBatch:
+    """Build a record batch in the table's canonical schema from column data."""
+    if isinstance(data, (pa.RecordBatch, pa.Table)):
+        cols = {name: data.column(name) for name in data.schema.names}
+    else:
+        cols = dict(data)
+    lengths = {len(v) for v in cols.values()}
+    if len(lengths) > 1:
+        raise ValueError(f"{table.name}: columns have different lengths {sorted(lengths)}")
+    n = lengths.pop() if lengths else 0
+    arrays = []
+    for col in table.columns:
+        v = cols.get(col.name)
+        if v is None:
+            if col.required:
+                raise ValueError(f"{table.name}: required column {col.name} missing")
+            arrays.append(pa.nulls(n, col.type))
+            continue
+        if isinstance(v, pa.ChunkedArray):
+            v = v.combine_chunks()
+        arr = v if isinstance(v, pa.Array) else pa.array(v)
+        if arr.type != col.type:
+            arr = arr.cast(col.type)
+        arrays.append(arr)
+    return pa.RecordBatch.from_arrays(arrays, schema=table.arrow_schema)
+
+
+class _StreamFile:
+    """One Arrow IPC stream file being appended to, written message by message."""
+
+    def __init__(self, path: Path, schema: pa.Schema) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.bytes = 0
+        self._write(schema.serialize())
+
+    def _write(self, data: Any) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(self.fd, view)
+            view = view[n:]
+            self.bytes += n
+
+    def write_batch(self, batch: pa.RecordBatch) -> None:
+        self._write(batch.serialize())
+
+    def close(self, fsync: bool = True) -> None:
+        try:
+            self._write(EOS)
+            if fsync:
+                os.fsync(self.fd)
+        finally:
+            os.close(self.fd)
+
+
+class TraceWriter:
+    """Writes a v1 trace directory while the host keeps running.
+
+    Use as a context manager, or call :meth:`start` and :meth:`close`. Get a
+    table's :class:`Sink` with :meth:`sink` and append to it from any thread.
+
+    Args:
+        directory: the trace directory (created; existing table files in it are replaced).
+        meta: extra ``meta.json`` fields (``model``, ``hardware``, ...).
+        flush_rows: flush a table once this many rows are pending.
+        flush_interval_s: flush every table with pending rows at least this often.
+        max_pending_rows: per table; beyond it rows are dropped and counted.
+        segment_bytes: start a new segment file once a file grows past this.
+        declare: tables to create even when they get no rows ("recorded, empty").
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], *, meta: Mapping[str, Any] | None = None,
+                 flush_rows: int = 65536, flush_interval_s: float = 1.0,
+                 max_pending_rows: int = 2_000_000, segment_bytes: int = 256 << 20,
+                 declare: Iterable[str] = ()) -> None:
+        self.directory = Path(directory)
+        self.meta = new_meta(**dict(meta or {}))
+        self.flush_rows = flush_rows
+        self.flush_interval_s = flush_interval_s
+        self.max_pending_rows = max_pending_rows
+        self.segment_bytes = segment_bytes
+        self.interner = Interner()
+        self.failed: str | None = None
+        self._declared = set(declare)
+        self._sinks: dict[str, Sink] = {}
+        self._files: dict[str, _StreamFile] = {}
+        self._segments: dict[str, int] = {}
+        self._sink_lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._meta_dirty = False
+        self._closed = False
+        self._started = False
+
+    # -- lifecycle -----------------------------------------------------------------
+    def start(self) -> TraceWriter:
+        """Create the directory and ``meta.json`` and start the flusher.
+
+        Raises :class:`BadInput` when the directory cannot be written: this
+        happens at set-up, before any host code runs.
+        """
+        if self._started:
+            return self
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            for p in self.directory.iterdir():
+                if p.suffix in (".arrows", ".arrow", ".parquet") and p.is_file():
+                    p.unlink()
+            write_meta(self.directory, self.meta)
+        except OSError as e:
+            raise BadInput(f"{self.directory}: cannot write a trace here ({e.strerror or e})") from e
+        self._started = True
+        self._thread = threading.Thread(target=self._run, name="tracetool-writer", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+        return self
+
+    def __enter__(self) -> TraceWriter:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Flush everything, end every file, write the final ``meta.json``. Idempotent."""
+        if self._closed or not self._started:
+            return
+        self._closed = True
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=30)
+        with self._flush_lock:
+            self._flush_all(force=True)
+            for name in sorted(self._declared):
+                if name not in self._files and self.failed is None and name in TABLES:
+                    self._guard(lambda name=name: self._open_file(name))
+            for f in self._files.values():
+                self._guard(f.close)
+            self._files.clear()
+            self.meta["closed"] = True
+            self.meta["closed_unix_ns"] = time.time_ns()
+            self._update_drops()
+            self._guard(lambda: write_meta(self.directory, self.meta))
+        try:
+            atexit.unregister(self.close)
+        except Exception:
+            pass
+
+    # -- producer side ---------------------------------------------------------------
+    def sink(self, name: str) -> Sink:
+        """The sink of a v1 table (``spans``, ``tokens``, ``gpu``, ...)."""
+        s = self._sinks.get(name)
+        if s is not None:
+            return s
+        table = TABLES.get(name)
+        if table is None:
+            raise KeyError(f"unknown table {name!r}")
+        with self._sink_lock:
+            s = self._sinks.get(name)
+            if s is None:
+                if any(c.kind == "float" for c in table.columns):
+                    s = RowSink(table, self.max_pending_rows)
+                else:
+                    s = PackedSink(table, self.max_pending_rows, self.interner)
+                self._sinks[name] = s
+                self._declared.add(name)
+        return s
+
+    def note(self, text: str) -> None:
+        """Add a collector note to ``meta.json`` (a source missing, a degradation)."""
+        notes = self.meta.setdefault("notes", [])
+        if text not in notes:
+            notes.append(text)
+            self._meta_dirty = True
+
+    def update_meta(self, **fields: Any) -> None:
+        """Set top-level ``meta.json`` fields (``model``, ``hardware``, ...)."""
+        self.meta.update(fields)
+        self._meta_dirty = True
+
+    @property
+    def dropped(self) -> dict[str, int]:
+        return {n: s.dropped for n, s in self._sinks.items() if s.dropped}
+
+    # -- flusher -----------------------------------------------------------------------
+    def flush(self) -> None:
+        """Write everything pending now (from any thread)."""
+        with self._flush_lock:
+            self._flush_all(force=True)
+
+    def _run(self) -> None:
+        poll = min(0.05, self.flush_interval_s / 4)
+        while not self._stop.wait(poll):
+            with self._flush_lock:
+                if not self._closed:
+                    self._flush_all(force=False)
+
+    def _flush_all(self, force: bool) -> None:
+        now = time.monotonic()
+        wrote = False
+        for name, sink in list(self._sinks.items()):
+            pending = sink.pending()
+            if not pending:
+                continue
+            if force or pending >= self.flush_rows or now - sink.last_flush >= self.flush_interval_s:
+                sink.last_flush = now
+                wrote |= self._flush_sink(name, sink)
+        if wrote:
+            self.interner.collect()
+        drops = self.dropped
+        if drops != self.meta.get("dropped_rows") or self._meta_dirty:
+            self._update_drops()
+            self._meta_dirty = False
+            if self.failed is None:
+                self._guard(lambda: write_meta(self.directory, self.meta))
+
+    def _update_drops(self) -> None:
+        self.meta["dropped_rows"] = self.dropped
+
+    def _flush_sink(self, name: str, sink: Sink) -> bool:
+        try:
+            batches = sink.drain()
+        except Exception as e:  # a bug in conversion must not kill the writer thread
+            say_once(f"writer-convert-{name}", f"could not convert {name} rows ({e}); they are dropped")
+            return False
+        if self.failed is not None:
+            sink.dropped += sum(b.num_rows for b in batches)
+            return False
+        for batch in batches:
+            if not self._guard(lambda batch=batch: self._write(name, batch)):
+                sink.dropped += batch.num_rows
+            else:
+                sink.rows_written += batch.num_rows
+        return True
+
+    def _open_file(self, name: str) -> _StreamFile:
+        seg = self._segments.get(name, 0)
+        fname = table_file_name(name, "arrows", f"{seg:06d}" if seg else None)
+        f = _StreamFile(self.directory / fname, TABLES[name].arrow_schema)
+        self._files[name] = f
+        return f
+
+    def _write(self, name: str, batch: pa.RecordBatch) -> None:
+        f = self._files.get(name) or self._open_file(name)
+        if f.bytes > self.segment_bytes:
+            f.close(fsync=False)
+            self._segments[name] = self._segments.get(name, 0) + 1
+            f = self._open_file(name)
+        f.write_batch(batch)
+
+    def _guard(self, action: Any) -> bool:
+        """Run an I/O action; on failure stop writing with one line on stderr."""
+        if self.failed is not None:
+            return False
+        try:
+            action()
+            return True
+        except OSError as e:
+            self.failed = f"{e.strerror or e}"
+            say_once(f"writer-failed-{self.directory}",
+                     f"trace writer stopped: {self.directory}: {self.failed}; the host keeps running, "
+                     "rows already flushed stay readable, later rows are counted as dropped")
+            try:
+                self.meta.setdefault("notes", []).append(f"writer stopped: {self.failed}")
+            except Exception:
+                pass
+            return False
