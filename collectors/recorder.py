@@ -70,11 +70,10 @@ class Recorder:
         self.writer = writer
         self.enabled = enabled
         self.errors = 0
-        self._spans = writer.sink("spans")
-        self._tokens = writer.sink("tokens")
+        self._spans = _packed(writer, "spans")
+        self._tokens = _packed(writer, "tokens")
         self._lock = threading.Lock()
         self._closers: list[Callable[[], None]] = []
-        assert isinstance(self._spans, PackedSink) and isinstance(self._tokens, PackedSink)
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> Recorder:
@@ -124,7 +123,7 @@ class Recorder:
         try:
             return fn(*args, **kwargs)
         except Exception as e:
-            self.error(where or getattr(fn, "__qualname__", "collector"), e)
+            self.error(where or str(getattr(fn, "__qualname__", "collector")), e)
             return None
 
     # -- requests --------------------------------------------------------------------
@@ -228,6 +227,13 @@ class Recorder:
                                                  error, prompt_chars))
         except Exception as e:
             self.error("request_info", e)
+
+
+def _packed(writer: TraceWriter, table: str) -> PackedSink:
+    sink = writer.sink(table)
+    if not isinstance(sink, PackedSink):
+        raise TypeError(f"{table} sink is not packed")
+    return sink
 
 
 class RequestHandle:

@@ -8,9 +8,11 @@ Readers are forgiving where the format allows and exact where it does not:
 * anything else, a missing required column, a null in one, ``end < start`` or
   an unknown clock is a :class:`TraceFormatError` naming file, table and column;
 * extra columns and tables are kept;
-* a stream file whose tail was cut (a recording killed mid-write) keeps every
-  complete batch: ``strict=True`` (``tracetool validate``) reports the cut as
-  an error, other readers keep the prefix and add a warning.
+* a stream file whose tail was cut keeps every complete batch. When
+  ``meta.json`` says the recording was not closed (a recorder killed
+  mid-write), the torn tail is expected and only warned about. Otherwise
+  ``strict=True`` (``tracetool validate``) reports the cut as an error, and
+  other readers keep the prefix and add a warning.
 """
 
 from __future__ import annotations
@@ -100,10 +102,13 @@ def open_trace(path: str | os.PathLike[str], *, strict: bool = False,
     files = table_files(p)
     trace = Trace(path=p, meta=meta, tables={}, files=files)
     wanted = set(tables) if tables is not None else None
+    # A recorder that was killed (meta says closed: false) may leave a torn last
+    # batch: that is expected, not corruption, even for validate.
+    strict_tail = strict and meta.get("closed") is not False
     for name, paths in files.items():
         if wanted is not None and name not in wanted:
             continue
-        trace.tables[name] = _read_table(name, paths, strict, trace.warnings)
+        trace.tables[name] = _read_table(name, paths, strict_tail, trace.warnings)
     if meta.get("closed") is False:
         trace.warnings.append(f"{p}: recording was not closed (the recorder was killed or is still running)")
     return trace

@@ -35,13 +35,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tracetool.errors import BadInput
 from tracetool.meta import new_meta, write_meta
 from tracetool.notices import say_once
 from tracetool.schema import INT_NULL, TABLES, Table, table_file_name
-
-EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 
 
 class Interner:
@@ -173,7 +172,7 @@ class PackedSink(Sink):
         code = self.interner.code
         ints = [
             INT_NULL if v is None else (code(str(v)) if is_str else int(v))
-            for v, is_str in zip(values, self._is_str)
+            for v, is_str in zip(values, self._is_str, strict=True)
         ]
         self.buf.frombytes(self.pack(*ints))
 
@@ -183,20 +182,28 @@ class PackedSink(Sink):
             return None
         chunk = self.buf[:n]
         del self.buf[:n]
-        m = np.frombuffer(chunk, dtype=np.int64).reshape(-1, self.ncols)
+        rows = np.frombuffer(chunk, dtype=np.int64).reshape(-1, self.ncols)
+        # blocked transpose: one cache-friendly pass instead of a strided pass per column
+        cols = np.empty((self.ncols, len(rows)), dtype=np.int64)
+        for a in range(0, len(rows), 4096):
+            cols[:, a:a + 4096] = rows[a:a + 4096].T
         arrays = []
         for j, col in enumerate(self.table.columns):
-            values = np.ascontiguousarray(m[:, j])
+            values = cols[j]
             if self._is_str[j]:
                 arrays.append(self._strings(values))
+            elif values[0] == INT_NULL and (values == INT_NULL).all():
+                arrays.append(pa.nulls(len(values), col.type))
             else:
                 arrays.append(_int_array(values, col.type))
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def _strings(self, codes: np.ndarray) -> pa.Array:
-        uniq, inverse = np.unique(codes, return_inverse=True)
-        names = self.interner.lookup(uniq)
-        return pa.array(names, pa.string()).take(pa.array(inverse.astype(np.int32)))
+        # hash-encode the codes in C++, then look up only the distinct ones in Python
+        null = codes == INT_NULL
+        encoded = pa.array(codes, pa.int64(), mask=null if null.any() else None).dictionary_encode()
+        names = self.interner.lookup(encoded.dictionary.to_numpy())
+        return pa.array(names, pa.string()).take(encoded.indices)
 
 
 class RowSink(Sink):
@@ -263,6 +270,17 @@ def _int_array(values: np.ndarray, type_: pa.DataType) -> pa.Array:
     return arr.cast(type_)
 
 
+def _warm_up() -> None:
+    """Run the Arrow kernels the flusher uses once, at set-up: their first call
+    initialises state for a few hundred ms while holding the GIL, which must not
+    land in the middle of the host's loop."""
+    codes = np.array([1, INT_NULL], dtype=np.int64)
+    enc = pa.array(codes, pa.int64(), mask=codes == INT_NULL).dictionary_encode()
+    pa.array(["x"], pa.string()).take(enc.indices)
+    pa.array(codes, pa.int64()).cast(pa.int32(), safe=False)
+    pc.less(pa.array([1]), 0)
+
+
 def conform_batch(table: Table, data: Mapping[str, Any] | pa.RecordBatch | pa.Table) -> pa.RecordBatch:
     """Build a record batch in the table's canonical schema from column data."""
     if isinstance(data, (pa.RecordBatch, pa.Table)):
@@ -290,16 +308,40 @@ def conform_batch(table: Table, data: Mapping[str, Any] | pa.RecordBatch | pa.Ta
     return pa.RecordBatch.from_arrays(arrays, schema=table.arrow_schema)
 
 
-class _StreamFile:
-    """One Arrow IPC stream file being appended to, written message by message."""
+class _Parts:
+    """A write-only file object that keeps what Arrow writes, so each IPC message
+    can go to disk in one ``os.write``."""
 
-    def __init__(self, path: Path, schema: pa.Schema) -> None:
+    closed = False
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def write(self, data: Any) -> int:
+        self.parts.append(bytes(data))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def take(self) -> bytes:
+        out = b"".join(self.parts)
+        self.parts.clear()
+        return out
+
+
+class _StreamFile:
+    """One Arrow IPC stream file being appended to, one complete message per write."""
+
+    def __init__(self, path: Path, schema: pa.Schema, compression: str | None) -> None:
         self.path = path
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.bytes = 0
-        self._write(schema.serialize())
+        self._parts = _Parts()
+        options = pa.ipc.IpcWriteOptions(compression=compression)
+        self._writer = pa.ipc.new_stream(pa.PythonFile(self._parts, mode="w"), schema, options=options)
 
-    def _write(self, data: Any) -> None:
+    def _write(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
             n = os.write(self.fd, view)
@@ -307,11 +349,13 @@ class _StreamFile:
             self.bytes += n
 
     def write_batch(self, batch: pa.RecordBatch) -> None:
-        self._write(batch.serialize())
+        self._writer.write_batch(batch)
+        self._write(self._parts.take())
 
     def close(self, fsync: bool = True) -> None:
         try:
-            self._write(EOS)
+            self._writer.close()  # the schema (if no batch came) and the end-of-stream marker
+            self._write(self._parts.take())
             if fsync:
                 os.fsync(self.fd)
         finally:
@@ -332,18 +376,21 @@ class TraceWriter:
         max_pending_rows: per table; beyond it rows are dropped and counted.
         segment_bytes: start a new segment file once a file grows past this.
         declare: tables to create even when they get no rows ("recorded, empty").
+        compression: Arrow IPC buffer compression, ``"lz4"`` (default: ~5x smaller
+            files and faster than uncompressed here), ``"zstd"`` or None.
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, meta: Mapping[str, Any] | None = None,
                  flush_rows: int = 65536, flush_interval_s: float = 1.0,
                  max_pending_rows: int = 2_000_000, segment_bytes: int = 256 << 20,
-                 declare: Iterable[str] = ()) -> None:
+                 declare: Iterable[str] = (), compression: str | None = "lz4") -> None:
         self.directory = Path(directory)
         self.meta = new_meta(**dict(meta or {}))
         self.flush_rows = flush_rows
         self.flush_interval_s = flush_interval_s
         self.max_pending_rows = max_pending_rows
         self.segment_bytes = segment_bytes
+        self.compression = compression
         self.interner = Interner()
         self.failed: str | None = None
         self._declared = set(declare)
@@ -376,6 +423,7 @@ class TraceWriter:
         except OSError as e:
             raise BadInput(f"{self.directory}: cannot write a trace here ({e.strerror or e})") from e
         self._started = True
+        _warm_up()
         self._thread = threading.Thread(target=self._run, name="tracetool-writer", daemon=True)
         self._thread.start()
         atexit.register(self.close)
@@ -502,7 +550,7 @@ class TraceWriter:
     def _open_file(self, name: str) -> _StreamFile:
         seg = self._segments.get(name, 0)
         fname = table_file_name(name, "arrows", f"{seg:06d}" if seg else None)
-        f = _StreamFile(self.directory / fname, TABLES[name].arrow_schema)
+        f = _StreamFile(self.directory / fname, TABLES[name].arrow_schema, self.compression)
         self._files[name] = f
         return f
 

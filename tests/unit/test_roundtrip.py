@@ -1,0 +1,90 @@
+"""Every v1 table survives the writer -> files -> reader round trip, values and types intact."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+
+from tracetool.reader import open_trace
+from tracetool.schema import TABLES
+from tracetool.writer import TraceWriter
+
+ROWS = {
+    "spans": [("r1", "server.request", 100, 900, "server"), ("r1", "client.request", 5, 1005, "client"),
+              ("r2", "decode", 200, 200, "server")],
+    "tokens": [("r1", 0, 300, 12, 250, 300, 1, 7, 0), ("r1", 1, 400, 13, None, None, None, None, None),
+               ("r2", 0, 500, None, 450, 500, 4, None, 3)],
+    "gpu": [(1_000, 0, 55.5, 20.0, 61.0, 350.5, 1980.0, 2619.0, 80 * 2**30, 97.0, 40.0, 10.0, 0, 1.5e9, 2e8),
+            (2_000, 1, None, None, None, None, None, None, None, None, None, None, None, None, None)],
+    "stacks": [(10, "MainThread", "tokenize", "main;encode;_bpe", 3), (11, "worker", "idle", "run;wait", 1)],
+    "steps": [(0, 100, 200, 4, 512, 0, 512), (1, 200, 260, 4, 0, 4, 2052)],
+    "requests": [("r1", 12, 2, "ok", None, 48), ("r2", None, 1, "error", "boom", None)],
+}
+
+
+def test_every_table_round_trips(tmp_path: Path) -> None:
+    assert set(ROWS) == set(TABLES), "add rows for every table of the format"
+    with TraceWriter(tmp_path, meta={"model": {"name": "m", "layers": 2}}) as w:
+        for name, rows in ROWS.items():
+            for row in rows:
+                w.sink(name).append(row)
+    trace = open_trace(tmp_path, strict=True)
+    for name, rows in ROWS.items():
+        table = trace.table(name)
+        assert table.schema == TABLES[name].arrow_schema, name
+        got = sorted(repr(tuple(r.values())) for r in table.to_pylist())
+        assert got == sorted(repr(tuple(r)) for r in rows), name
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert meta["closed"] is True and meta["model"] == {"name": "m", "layers": 2}
+    assert meta["dropped_rows"] == {}
+
+
+def test_append_batch_and_rows_mix(tmp_path: Path) -> None:
+    with TraceWriter(tmp_path) as w:
+        s = w.sink("tokens")
+        s.append(("a", 0, 10, 5, None, None, None, None, None))
+        s.append_batch({"request_id": ["b"] * 3, "index": [0, 1, 2], "emit_ns": [1, 2, 3],
+                        "kv_len": pa.array([7, 8, None], pa.int32())})
+    t = open_trace(tmp_path).table("tokens")
+    assert t.num_rows == 4
+    assert sorted(t.column("kv_len").to_pylist(), key=lambda v: (v is None, v)) == [5, 7, 8, None]
+
+
+def test_declared_empty_table_means_recorded(tmp_path: Path) -> None:
+    with TraceWriter(tmp_path, declare=("spans", "tokens")):
+        pass
+    trace = open_trace(tmp_path, strict=True)
+    assert trace.has("spans") and trace.rows("spans") == 0
+    assert not trace.has("gpu"), "a table never written is 'not recorded'"
+
+
+def test_rotation_into_segments_reads_as_one_table(tmp_path: Path) -> None:
+    with TraceWriter(tmp_path, segment_bytes=2_000, flush_rows=50) as w:
+        s = w.sink("tokens")
+        for i in range(2_000):
+            s.append(("r", i, i, i, None, None, None, None, None))
+            if i % 100 == 99:
+                w.flush()
+    files = sorted(p.name for p in tmp_path.glob("tokens*.arrows"))
+    assert len(files) > 3 and files[0] == "tokens-000001.arrows" and "tokens.arrows" in files
+    t = open_trace(tmp_path, strict=True).table("tokens")
+    assert sorted(t.column("index").to_pylist()) == list(range(2_000))
+
+
+def test_full_buffer_drops_and_counts_without_blocking(tmp_path: Path) -> None:
+    w = TraceWriter(tmp_path, max_pending_rows=100, flush_interval_s=3600, flush_rows=10**9).start()
+    s = w.sink("tokens")
+    for i in range(250):
+        s.append(("r", i, i, None, None, None, None, None, None))
+    w.close()
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert meta["dropped_rows"] == {"tokens": 150}
+    assert open_trace(tmp_path).rows("tokens") == 100
+
+
+def test_out_of_range_int32_becomes_null_not_wrapped(tmp_path: Path) -> None:
+    with TraceWriter(tmp_path) as w:
+        w.sink("tokens").append(("r", 0, 1, 2**40, None, None, None, None, None))
+    assert open_trace(tmp_path).table("tokens").column("kv_len").to_pylist() == [None]
