@@ -88,3 +88,17 @@ def test_out_of_range_int32_becomes_null_not_wrapped(tmp_path: Path) -> None:
     with TraceWriter(tmp_path) as w:
         w.sink("tokens").append(("r", 0, 1, 2**40, None, None, None, None, None))
     assert open_trace(tmp_path).table("tokens").column("kv_len").to_pylist() == [None]
+
+
+def test_tables_register_in_duckdb_without_copies(tmp_path: Path) -> None:
+    import duckdb
+
+    with TraceWriter(tmp_path) as w:
+        for i in range(1000):
+            w.sink("tokens").append(("r", i, i * 10, i, None, None, None, None, None))
+    trace = open_trace(tmp_path)
+    con = duckdb.connect()
+    names = trace.register(con)
+    assert {"tokens", "spans", "gpu"} <= set(names)
+    assert con.execute("select count(*), max(kv_len) from tokens").fetchone() == (1000, 999)
+    assert con.execute("select count(*) from gpu").fetchone() == (0,), "unrecorded tables are empty, not missing"
