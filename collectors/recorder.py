@@ -239,8 +239,8 @@ def _packed(writer: TraceWriter, table: str) -> PackedSink:
 class RequestHandle:
     """One request being recorded; use as a context manager (sets the current request)."""
 
-    __slots__ = ("_code", "_rec", "_tok", "_token_ctx", "error", "output_tokens", "prompt_chars",
-                 "prompt_tokens", "request_id", "status")
+    __slots__ = ("_buf", "_code", "_frombytes", "_max_items", "_pack", "_rec", "_tok", "_token_ctx",
+                 "error", "output_tokens", "prompt_chars", "prompt_tokens", "request_id", "status")
 
     def __init__(self, rec: Recorder, request_id: str, prompt_tokens: int | None,
                  prompt_chars: int | None) -> None:
@@ -253,6 +253,11 @@ class RequestHandle:
         self.error: str | None = None
         self._tok: PackedSink = rec._tokens
         self._code = self._tok.interner.code(request_id)
+        # bound once: the token hot path is a handful of local loads and one C append
+        self._buf = self._tok.buf
+        self._frombytes = self._buf.frombytes
+        self._pack = self._tok.pack
+        self._max_items = self._tok.max_items
         self._token_ctx: contextvars.Token[RequestHandle | None] | None = None
 
     def __enter__(self) -> RequestHandle:
@@ -287,13 +292,12 @@ class RequestHandle:
         """Record token ``index`` of this request: the per-token hot path (one C call to append)."""
         if not self._rec.enabled:
             return
-        s = self._tok
-        if len(s.buf) >= s.max_items:
-            s.dropped += 1
+        if len(self._buf) >= self._max_items:
+            self._tok.dropped += 1
             return
         try:
-            s.buf.frombytes(s.pack(self._code, index, emit_ns or now_ns(), kv_len, step_start_ns,
-                                   step_end_ns, batch_size, client_recv_ns, step_id))
+            self._frombytes(self._pack(self._code, index, emit_ns or now_ns(), kv_len, step_start_ns,
+                                       step_end_ns, batch_size, client_recv_ns, step_id))
         except (struct.error, TypeError):
             self._slow_token(index, kv_len, emit_ns, step_start_ns, step_end_ns, batch_size, step_id,
                              client_recv_ns)
