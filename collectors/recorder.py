@@ -146,6 +146,8 @@ class Recorder:
         if request_id is None:
             cur = _current.get()
             request_id = cur.request_id if cur is not None else ""
+            if cur is not None and clock == "server":
+                cur._add_duration(name, start_ns, end_ns)
         try:
             s = self._spans
             code = s.interner.code
@@ -240,7 +242,8 @@ class RequestHandle:
     """One request being recorded; use as a context manager (sets the current request)."""
 
     __slots__ = ("_buf", "_code", "_frombytes", "_max_items", "_pack", "_rec", "_tok", "_token_ctx",
-                 "error", "output_tokens", "prompt_chars", "prompt_tokens", "request_id", "status")
+                 "durations_ns", "error", "output_tokens", "prompt_chars", "prompt_tokens", "request_id",
+                 "status")
 
     def __init__(self, rec: Recorder, request_id: str, prompt_tokens: int | None,
                  prompt_chars: int | None) -> None:
@@ -259,6 +262,10 @@ class RequestHandle:
         self._pack = self._tok.pack
         self._max_items = self._tok.max_items
         self._token_ctx: contextvars.Token[RequestHandle | None] | None = None
+        #: Summed server-clock span durations of this request by name, in ns (spans recorded
+        #: through this handle, even while recording is disabled, or as the current request):
+        #: what the ASGI middleware reports back to the client as ``Server-Timing``.
+        self.durations_ns: dict[str, int] = {}
 
     def __enter__(self) -> RequestHandle:
         self._token_ctx = _current.set(self)
@@ -313,6 +320,8 @@ class RequestHandle:
             self._rec.error("token", e)
 
     def add_span(self, name: str, start_ns: int, end_ns: int, clock: str = "server") -> None:
+        if clock == "server":
+            self._add_duration(name, start_ns, end_ns)
         self._rec.add_span(name, start_ns, end_ns, request_id=self.request_id, clock=clock)
 
     @contextmanager
@@ -321,4 +330,11 @@ class RequestHandle:
         try:
             yield
         finally:
-            self._rec.add_span(name, start, now_ns(), request_id=self.request_id, clock=clock)
+            self.add_span(name, start, now_ns(), clock=clock)
+
+    def _add_duration(self, name: str, start_ns: int, end_ns: int) -> None:
+        try:
+            d = self.durations_ns
+            d[name] = d.get(name, 0) + max(0, int(end_ns) - int(start_ns))
+        except Exception as e:
+            self._rec.error("span duration", e)
