@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("tracetool.cli.trace_cmds:validate", "Check a trace against the v1 contract."),
     "info": ("tracetool.cli.trace_cmds:info", "Summarise a trace: requests, tokens, span, tables."),
     "convert": ("tracetool.cli.trace_cmds:convert", "Rewrite a trace as parquet/arrow/arrows, one file per table."),
+    "record": ("tracetool.cli.record_cmd:record", "Run a Python program with the collectors and write its trace."),
 }
 
 

@@ -1,0 +1,283 @@
+"""Zero-code recording: run an unmodified Python program with the collectors installed.
+
+``tracetool record -o DIR -- python script.py ARGS`` works the way
+``opentelemetry-instrument`` does: the child gets ``collectors/_bootstrap`` at
+the front of ``PYTHONPATH``, whose ``sitecustomize`` (chaining to any other
+``sitecustomize``) starts a :class:`~collectors.recorder.Recorder` on ``DIR``
+and patches ``transformers`` when it is imported (:func:`collectors.hf.autopatch`).
+The trace is closed at interpreter exit, also after an exception, Ctrl-C
+(``KeyboardInterrupt``) or SIGTERM, and the parent exits with the child's code
+(128 + signal when it was killed: 130 for SIGINT).
+
+The parent (:func:`run_recording`) also makes sure a trace exists when the
+child could not load the collectors (not Python, or a Python without
+tracetool), and runs the samplers of :data:`SAMPLERS` (NVML, py-spy; wired in
+by their own modules) into a side trace merged into ``DIR`` at the end.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tracetool.errors import BadInput, UsageError
+from tracetool.meta import write_meta
+from tracetool.schema import META_FILE
+
+ENV_DIR = "TRACETOOL_RECORD_DIR"
+ENV_OPTIONS = "TRACETOOL_RECORD_OPTIONS"
+BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
+NO_TORCH_NOTE = "the program never imported torch: nothing to record (this trace is empty)"
+NOT_LOADED_NOTE = ("the command did not load tracetool's collectors (not a Python program, or a Python "
+                   "without tracetool installed): nothing was recorded")
+
+
+@dataclass(frozen=True)
+class SamplerSpec:
+    """A sampler ``tracetool record`` can run beside the program (``--<name>[=HZ]``).
+
+    ``target`` is ``"module:function"`` with the signature
+    ``start(recorder, hz: float, pid: int) -> stop`` where ``stop()`` ends the
+    sampling; the recorder writes a side trace merged into the main one.
+    """
+
+    target: str
+    default_hz: float
+    help: str
+
+
+#: Samplers offered as ``--<name>[=HZ]`` flags, e.g.
+#: ``"nvml": SamplerSpec("collectors.nvml:start_sampler", 10.0, "Sample GPUs with NVML.")``.
+SAMPLERS: dict[str, SamplerSpec] = {}
+
+
+def child_env(out: Path, options: Mapping[str, Any] | None = None,
+              base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment that makes a child Python record into ``out``."""
+    env = dict(os.environ if base is None else base)
+    paths = [str(BOOTSTRAP_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env[ENV_DIR] = str(out.resolve())
+    env[ENV_OPTIONS] = json.dumps(dict(options or {}))
+    return env
+
+
+# -- parent side ------------------------------------------------------------------------------
+def _check_out(out: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise UsageError(f"{out}: exists and is not empty (use --force to replace the trace in it)")
+
+
+def _start_samplers(samplers: Mapping[str, float], side: Path, pid: int) -> tuple[Any, list[Callable[[], None]]]:
+    from collectors.recorder import Recorder
+
+    rec = Recorder(side).start()
+    stops: list[Callable[[], None]] = []
+    for name, hz in samplers.items():
+        spec = SAMPLERS[name]
+        module, _, attr = spec.target.partition(":")
+        try:
+            start = getattr(importlib.import_module(module), attr)
+            stops.append(start(rec, float(hz), pid))
+        except Exception as e:
+            rec.note(f"{name}: sampler did not start ({type(e).__name__}: {e})")
+            print(f"tracetool: {name}: sampler did not start ({e})", file=sys.stderr)
+    return rec, stops
+
+
+def merge_side_trace(side: Path, out: Path) -> None:
+    """Move the tables of a side trace (samplers run by the parent) into ``out`` and merge its notes."""
+    from tracetool.meta import read_meta
+    from tracetool.schema import TABLE_FILE_RE
+
+    side_meta = read_meta(side)
+    meta = read_meta(out)
+
+    def table_of(name: str) -> str | None:
+        m = TABLE_FILE_RE.match(name)
+        return m.group("table") if m else None
+
+    present = {table_of(q.name) for q in out.iterdir()} - {None}
+    for p in sorted(side.iterdir()):
+        m = TABLE_FILE_RE.match(p.name)
+        if m is None:
+            continue
+        table = m.group("table")
+        # a table the program recorded too gets the sampler's rows as a later segment
+        name = f"{table}-parent{m.group('suffix') or ''}.{m.group('ext')}" if table in present else p.name
+        shutil.move(str(p), out / name)
+    notes = list(meta.get("notes") or [])
+    notes += [n for n in side_meta.get("notes") or [] if n not in notes]
+    meta["notes"] = notes
+    dropped = dict(meta.get("dropped_rows") or {})
+    for k, v in (side_meta.get("dropped_rows") or {}).items():
+        dropped[k] = dropped.get(k, 0) + v
+    meta["dropped_rows"] = dropped
+    for key in ("hardware", "gpus"):
+        if key in side_meta and key not in meta:
+            meta[key] = side_meta[key]
+    write_meta(out, meta)
+    shutil.rmtree(side, ignore_errors=True)
+
+
+def _write_empty_trace(out: Path, note: str, command: Sequence[str]) -> None:
+    from collectors.recorder import Recorder
+
+    rec = Recorder(out, meta={"recorded_command": list(command)}).start()
+    rec.note(note)
+    rec.close()
+
+
+def _summary(out: Path) -> str:
+    from tracetool.reader import open_trace
+
+    try:
+        t = open_trace(out)
+    except Exception as e:  # a cut stream is still a trace; say what is wrong
+        return f"wrote {out} (unreadable: {e})"
+    ids = set(t.table("tokens").column("request_id").to_pylist())
+    ids |= set(t.table("spans").column("request_id").to_pylist())
+    requests = len(ids - {""})
+    parts = [f"{requests} requests", f"{t.rows('tokens'):,} tokens", f"{t.rows('steps'):,} steps"]
+    text = f"wrote {out}: {', '.join(parts)}"
+    if t.meta.get("closed") is False:
+        text += " (recording not closed: the program was killed; flushed rows are readable)"
+    notes = [n for n in t.meta.get("notes") or [] if n in (NO_TORCH_NOTE, NOT_LOADED_NOTE)]
+    if notes:
+        text += f"; {notes[0]}"
+    return text
+
+
+def run_recording(command: Sequence[str], out: str | os.PathLike[str], *, force: bool = False,
+                  samplers: Mapping[str, float] | None = None) -> int:
+    """Run ``command`` with the collectors installed, recording into ``out``; returns its exit code.
+
+    Raises :class:`UsageError` for an empty command, an unknown executable or a
+    non-empty ``out`` without ``force``.
+    """
+    out = Path(out)
+    if not command:
+        raise UsageError("nothing to run: give the command after --, e.g. tracetool record -o trace -- python app.py")
+    unknown = [n for n in (samplers or {}) if n not in SAMPLERS]
+    if unknown:
+        raise UsageError(f"unknown sampler {unknown[0]!r}")
+    exe = shutil.which(command[0])
+    if exe is None:
+        raise UsageError(f"command not found: {command[0]}")
+    _check_out(out, force)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BadInput(f"{out}: cannot write a trace here ({e.strerror or e})") from e
+    if (out / META_FILE).exists():  # a replaced trace must not pass for this run's
+        (out / META_FILE).unlink()
+    env = child_env(out, {"command": list(command)})
+    try:
+        child = subprocess.Popen(list(command), env=env)
+    except OSError as e:
+        raise UsageError(f"cannot run {command[0]}: {e.strerror or e}") from e
+
+    side = out.parent / f".{out.name}.samplers-{os.getpid()}"
+    side_rec: Any = None
+    stops: list[Callable[[], None]] = []
+    if samplers:
+        side_rec, stops = _start_samplers(samplers, side, child.pid)
+
+    def forward(signum: int, frame: Any) -> None:
+        # Ctrl-C in a terminal already reached the child (same process group): forward only
+        # what was sent to this process alone.
+        if signum == signal.SIGINT and _foreground_tty():
+            return
+        try:
+            child.send_signal(signum)
+        except OSError:
+            pass
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        rc = child.wait()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    for stop in stops:
+        try:
+            stop()
+        except Exception as e:
+            print(f"tracetool: sampler did not stop cleanly ({e})", file=sys.stderr)
+    if side_rec is not None:
+        side_rec.close()
+    if not (out / META_FILE).is_file():
+        _write_empty_trace(out, NOT_LOADED_NOTE, command)
+    if side_rec is not None:
+        try:
+            merge_side_trace(side, out)
+        except Exception as e:
+            print(f"tracetool: sampler data not merged ({e}); it stays in {side}", file=sys.stderr)
+    print(f"tracetool: {_summary(out)}", file=sys.stderr)
+    return 128 - rc if rc < 0 else rc
+
+
+def _foreground_tty() -> bool:
+    try:
+        fd = sys.stdin.fileno()
+        return os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+# -- child side ---------------------------------------------------------------------------------
+_child: dict[str, Any] = {}
+
+
+def start_in_child() -> bool:
+    """Called by the bootstrap ``sitecustomize``: record this process if the parent asked.
+
+    Consumes the environment variable, so programs this one starts do not
+    record into (and wipe) the same directory.
+    """
+    out = os.environ.pop(ENV_DIR, None)
+    options = json.loads(os.environ.pop(ENV_OPTIONS, "") or "{}")
+    if not out:
+        return False
+    from collectors.hf import autopatch
+    from collectors.recorder import Recorder
+
+    rec = Recorder(out, meta={"recorded_command": options.get("command") or list(sys.argv)}).start()
+    _child["recorder"] = rec
+    autopatch(rec)
+    atexit.register(finish_child)  # after the writer's own atexit: runs first (LIFO)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    return True
+
+
+def finish_child() -> None:
+    """Close the trace (at exit, after an exception, Ctrl-C or SIGTERM). Idempotent."""
+    rec = _child.pop("recorder", None)
+    if rec is None:
+        return
+    try:  # a second Ctrl-C must not cut the trace short while it is being closed
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except (ValueError, OSError):
+        pass
+    if "torch" not in sys.modules:
+        rec.note(NO_TORCH_NOTE)
+    rec.close()
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    finish_child()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
