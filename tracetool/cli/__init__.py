@@ -28,6 +28,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("tracetool.cli.trace_cmds:info", "Summarise a trace: requests, tokens, span, tables."),
     "convert": ("tracetool.cli.trace_cmds:convert", "Rewrite a trace as parquet/arrow/arrows, one file per table."),
     "record": ("tracetool.cli.record_cmd:record", "Run a Python program with the collectors and write its trace."),
+    "import": ("tracetool.cli.import_cmd:import_", "Import a vLLM bench / GenAI-Perf / AIPerf benchmark file as a trace."),
+    "export": ("tracetool.cli.export_cmd:export", "Export a trace as Chrome trace-event JSON for ui.perfetto.dev."),
 }
 
 
