@@ -88,3 +88,11 @@ def test_no_traceback_from_the_real_entry_point(tmp_path: Path) -> None:
     p = run_tracetool("import", "vllm-bench", bad, "-o", tmp_path / "out")
     assert p.returncode == 3
     assert "Traceback" not in p.stderr and p.stderr.count("\n") == 1
+
+
+def test_vllm_appended_results_are_named(cli, tmp_path: Path) -> None:
+    """`vllm bench serve --append-result` appends one result object per line to the same file."""
+    one = (FIX / "vllm_bench_serve.json").read_text().strip()
+    path = _write(tmp_path, "appended.json", one + "\n" + one)
+    r = cli("import", "vllm-bench", path, "-o", tmp_path / "out")
+    assert r.code == 3 and "holds 2 results appended with --append-result" in r.err

@@ -31,10 +31,10 @@ def export(trace: Path, out: Path, as_json: bool) -> int:
     from tracetool.export_perfetto import export_perfetto
     from tracetool.reader import open_trace
 
-    t = open_trace(trace)
     to_stdout = str(out) == "-"
     if as_json and to_stdout:
         raise click.UsageError("--json needs --perfetto FILE: stdout already carries the trace JSON")
+    t = open_trace(trace)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
         if to_stdout:

@@ -35,6 +35,7 @@ from tracetool.importers.common import (
     chunk_note,
     count,
     cumulative,
+    json_lines,
     number,
     read_json,
     seconds_to_ns,
@@ -51,7 +52,14 @@ FACTS = ("date", "backend", "endpoint_type", "label", "model_id", "tokenizer_id"
 
 
 def parse(path: Path) -> ImportResult:
-    data = read_json(path, WHAT)
+    try:
+        data = read_json(path, WHAT)
+    except BadInput:
+        runs = _appended_runs(path)
+        if runs > 1:  # `--append-result` writes one object per line, a run after another
+            raise BadInput(f"{path}: holds {runs} results appended with --append-result; a trace holds one "
+                           "run: split the file (one JSON object per line) and import each") from None
+        raise
     if not isinstance(data, dict):
         raise BadInput(f"{path}: top level is a {type_name(data)}; {WHAT} holds one object")
     missing = [k for k in REQUIRED if k not in data]
@@ -108,6 +116,15 @@ def parse(path: Path) -> ImportResult:
     details = {k: data[k] for k in FACTS if k in data and isinstance(data[k], (str, int, float))}
     return ImportResult(tool="vllm-bench", source=path, requests=requests, notes=notes,
                         timeline=timeline, details=details, skipped=skips.total)
+
+
+def _appended_runs(path: Path) -> int:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return 0
+    return sum(1 for _, value, err in json_lines(text) if err is None and isinstance(value, dict)
+               and "date" in value and ("ttfts" in value or "mean_ttft_ms" in value))
 
 
 def _first_start(start_times: list[Any] | None) -> float | None:
