@@ -56,6 +56,9 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "span_names": _counts(spans.column("name")) if spans.num_rows else {},
         "clocks": clocks,
         "server_time_span_s": None if span is None else (span[1] - span[0]) / 1e9,
+        # imported client-side files copy the client clock into emit_ns (docs/importers.md)
+        "time_span_clock": ((trace.meta.get("import") or {}).get("emit_ns_clock") or "server")
+        if isinstance(trace.meta.get("import"), dict) else "server",
         "tables": {name: {"rows": t.num_rows, "files": [p.name for p in trace.files.get(name, [])],
                           "known": name in TABLES}
                    for name, t in trace.tables.items()},

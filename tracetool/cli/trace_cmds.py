@@ -83,7 +83,7 @@ def info(trace: Path, as_json: bool) -> int:
             ("trace", s["path"] + ("" if s["closed"] is not False else "  (recording not closed)")),
             ("requests", f"{fmt_int(s['requests'])} ({fmt_int(s['requests_with_tokens'])} with tokens)"),
             ("tokens", fmt_int(s["tokens"])),
-            ("time span", "-" if span is None else f"{span:.3f} s (server clock)"),
+            ("time span", "-" if span is None else f"{span:.3f} s ({s['time_span_clock']} clock)"),
             ("clocks", ", ".join(s["clocks"]) or "-"),
             ("spans", ", ".join(f"{k} {v:,}" for k, v in sorted(s["span_names"].items())) or "-"),
             ("tables", ", ".join(f"{k} ({v['rows']:,})" for k, v in s["tables"].items()) or "-"),
