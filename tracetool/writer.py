@@ -512,13 +512,18 @@ class TraceWriter:
     def _flush_all(self, force: bool) -> None:
         now = time.monotonic()
         wrote = False
-        for name, sink in list(self._sinks.items()):
-            pending = sink.pending()
-            if not pending:
+        sinks = list(self._sinks.items())
+        # One table due drains them all: the interner forgets a retired string two
+        # collects later, which is only safe if every collect follows a drain of every
+        # table (else a row still waiting in a slower table loses its request id).
+        force = force or any(
+            (p := sink.pending()) and (p >= self.flush_rows or now - sink.last_flush >= self.flush_interval_s)
+            for _, sink in sinks)
+        for name, sink in sinks:
+            if not force or not sink.pending():
                 continue
-            if force or pending >= self.flush_rows or now - sink.last_flush >= self.flush_interval_s:
-                sink.last_flush = now
-                wrote |= self._flush_sink(name, sink)
+            sink.last_flush = now
+            wrote |= self._flush_sink(name, sink)
         if wrote:
             self.interner.collect()
         drops = self.dropped
