@@ -17,9 +17,9 @@ How it samples, and why:
   observed time), so the weights add up to py-spy's count within rounding.
   Resolution: change points are exact sample instants; within an unchanged
   stretch, rows are every 100 ms. Timestamps are anchored to the wall clock
-  read just before py-spy is launched (its clock starts a few ms later, so
-  rows may be early by the launch latency: 1-5 ms measured, tens of ms on a
-  loaded machine; see benchmarks/RESULTS.md).
+  read just before py-spy is launched (its clock starts a little later, so
+  rows may be early by the launch latency; measured -8 to +17 ms at 200 Hz,
+  sample interval included; see benchmarks/RESULTS.md).
 * ``--idle``: idle threads are sampled too (without it, a thread that goes
   idle looks frozen in its last busy stack in chrometrace output). Idle is
   then recognised from the frames (``pyspy_rules.toml``).

@@ -4,6 +4,9 @@ This is what ``tracetool record`` / ``tracetool serve`` wire their flags to:
 
     handle = start_system_collectors(recorder, nvml_hz=args.nvml, pyspy_hz=args.pyspy, pid=child.pid)
 
+or, one sampler per flag with the ``start(recorder, hz, pid)`` signature of
+``collectors.record.SAMPLERS``: :func:`start_nvml` and :func:`start_pyspy`.
+
 ``--nvml[=HZ]`` (default 10, at most 100) and ``--pyspy[=HZ]`` (default 100,
 at most 500) map to ``nvml_hz`` / ``pyspy_hz``; None leaves a collector off.
 The handle stops itself when the recorder closes (``recorder.on_close``), so
@@ -27,7 +30,7 @@ from collectors.pyspy import PySpySampler
 from tracetool.errors import UsageError
 
 __all__ = ["NVML_DEFAULT_HZ", "NVML_MAX_HZ", "PYSPY_DEFAULT_HZ", "PYSPY_MAX_HZ", "SystemCollectors",
-           "start_system_collectors"]
+           "start_nvml", "start_pyspy", "start_system_collectors"]
 
 
 @dataclass
@@ -91,3 +94,13 @@ def start_system_collectors(recorder: Any, nvml_hz: float | None = None, pyspy_h
         raise
     recorder.on_close(handle.stop)
     return handle
+
+
+def start_nvml(recorder: Any, hz: float = NVML_DEFAULT_HZ, pid: int | None = None) -> SystemCollectors:
+    """``--nvml[=HZ]``: the NVML sampler alone (``pid`` is ignored: NVML samples the machine's GPUs)."""
+    return start_system_collectors(recorder, nvml_hz=hz)
+
+
+def start_pyspy(recorder: Any, hz: float = PYSPY_DEFAULT_HZ, pid: int | None = None) -> SystemCollectors:
+    """``--pyspy[=HZ]``: the py-spy sampler alone, on ``pid`` (default this process)."""
+    return start_system_collectors(recorder, pyspy_hz=hz, pid=pid)

@@ -256,7 +256,11 @@ def analyzer(trace_dir: Path) -> None:
     except ValueError:
         print("analyzer: output was not JSON; the figures above are gpu_check's own")
         return
-    for line in find_verdicts(data)[:6]:
+    lines = find_verdicts(data)
+    if not lines:
+        keys = ", ".join(sorted(data)[:12]) if isinstance(data, dict) else type(data).__name__
+        print(f"analyzer: tracetool analyze ran but its JSON has no verdict/headline/summary field (top level: {keys})")
+    for line in lines[:6]:
         print(f"analyzer: {line}")
 
 

@@ -90,3 +90,10 @@ def test_figures_from_a_known_trace(tmp_path: Path, capsys: pytest.CaptureFixtur
 ])
 def test_verdicts(eff: float | None, dram: float | None, start: str) -> None:
     assert load_script().verdict(eff, dram).startswith(start)
+
+
+def test_analyzer_output_is_reported_whatever_its_shape() -> None:
+    gc = load_script()
+    assert gc.find_verdicts({"requests": [{"verdict": "decode dominates"}], "n": 1}) == \
+        ["requests[0].verdict: decode dominates"]
+    assert gc.find_verdicts({"share": {"decode": 0.9}}) == []

@@ -349,3 +349,22 @@ def test_missing_pyspy_binary_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(PySpyError, match="cannot run py-spy"):
         sampler.start()
     rec.close()
+
+
+def test_record_flag_entry_points(tmp_path: Path) -> None:
+    """``start_pyspy(recorder, hz, pid)`` / ``start_nvml``: the SAMPLERS signature of ``tracetool record``."""
+    from collectors.system import start_nvml, start_pyspy
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    rec = Recorder(tmp_path / "t").start()
+    with pytest.raises(PySpyError, match="is gone"):
+        start_pyspy(rec, 100.0, gone.pid)
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[rule]]\ncategory = 'gpu'\nmodules = ['x/']")
+    with pytest.raises(BadInput, match=r"bad\.toml"):
+        start_system_collectors(rec, pyspy_hz=100, pid=os.getpid(), pyspy_rules=[bad])
+    handle = start_nvml(rec, 10.0, 1234)
+    assert handle.nvml is not None and handle.pyspy is None
+    rec.close()
+    assert handle.nvml is not None and not handle.nvml.running
