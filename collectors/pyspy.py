@@ -428,7 +428,8 @@ class PySpySampler:
         seg = self._attach(ATTACH_TIMEOUT_S)
         if not seg.started.is_set():
             self._collect(seg)
-            self._ended(seg)
+            if not self._stop.is_set():  # stopped while re-attaching: nothing went wrong
+                self._ended(seg)
             return None
         return seg
 

@@ -279,3 +279,57 @@ def test_real_gpu_rows_have_power_and_clocks(tmp_path: Path) -> None:
     assert len(got) >= deadline_rows
     assert all(r["power_w"] is None or 1 < r["power_w"] < 2000 for r in got)
     assert any(r["sm_clock_mhz"] for r in got)
+
+
+def test_pynvml_adapter_speaks_pynvml_structs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PynvmlApi against pynvml's own ctypes structs, with only the C entry points replaced.
+
+    Without a GPU this is the closest check of the real adapter: field names,
+    the GPM request struct, per-metric return codes, the throttle-reasons fallback.
+    """
+    calls: list[str] = []
+    handle = object()
+
+    def metrics_get(req: Any) -> Any:
+        calls.append(f"metrics v{req.version} n{req.numMetrics}")
+        assert bool(req.sample1) and bool(req.sample2)           # real sample pointers were passed
+        for i in range(req.numMetrics):
+            m = req.metrics[i]
+            m.value = {10: 81.5, 2: 90.0, 3: 40.0}.get(m.metricId, 0.0)
+            m.nvmlReturn = pynvml.NVML_SUCCESS if m.metricId != 5 else pynvml.NVML_ERROR_NOT_SUPPORTED
+        return req
+
+    def event_reasons(h: Any) -> int:
+        raise pynvml.NVMLError_FunctionNotFound()
+
+    fakes = {
+        "nvmlInit": lambda: calls.append("init"),
+        "nvmlDeviceGetCount": lambda: 1,
+        "nvmlDeviceGetHandleByIndex": lambda i: handle,
+        "nvmlDeviceGetName": lambda h: b"NVIDIA H200",
+        "nvmlDeviceGetUtilizationRates": lambda h: pynvml.c_nvmlUtilization_t(gpu=88, memory=66),
+        "nvmlDeviceGetMemoryInfo": lambda h: pynvml.c_nvmlMemory_t(total=10, free=3, used=7),
+        "nvmlDeviceGetPowerUsage": lambda h: 450_000,
+        "nvmlDeviceGetClockInfo": lambda h, kind: {pynvml.NVML_CLOCK_SM: 1980, pynvml.NVML_CLOCK_MEM: 2619}[kind],
+        "nvmlDeviceGetCurrentClocksEventReasons": event_reasons,
+        "nvmlDeviceGetCurrentClocksThrottleReasons": lambda h: 0x4,
+        "nvmlDeviceGetPcieThroughput": lambda h, c: {pynvml.NVML_PCIE_UTIL_TX_BYTES: 11,
+                                                     pynvml.NVML_PCIE_UTIL_RX_BYTES: 22}[c],
+        "nvmlGpmQueryDeviceSupport": lambda h: pynvml.c_nvmlGpmSupport_t(version=1, isSupportedDevice=1),
+        "nvmlGpmSampleAlloc": lambda: pynvml.c_nvmlGpmSample_t(pynvml.struct_c_nvmlGpmSample_t()),
+        "nvmlGpmSampleGet": lambda h, s: s,
+        "nvmlGpmMetricsGet": metrics_get,
+    }
+    for name, fn in fakes.items():
+        monkeypatch.setattr(pynvml, name, fn)
+    api = PynvmlApi()
+    api.init()
+    assert (api.device_count(), api.name(0)) == (1, "NVIDIA H200")
+    assert api.utilization(0) == (88.0, 66.0) and api.memory_used_bytes(0) == 7
+    assert (api.power_mw(0), api.clock_mhz(0, "sm"), api.clock_mhz(0, "mem")) == (450_000, 1980, 2619)
+    assert api.clock_event_reasons(0) == 0x4                      # fell back to the pre-535 name
+    assert (api.pcie_kib_per_s(0, "tx"), api.pcie_kib_per_s(0, "rx")) == (11, 22)
+    assert api.gpm_supported(0)
+    first, second = api.gpm_sample(0, None), api.gpm_sample(0, None)
+    assert api.gpm_metrics(first, second, (10, 2, 3, 5)) == [81.5, 90.0, 40.0, None]
+    assert calls == ["init", f"metrics v{pynvml.NVML_GPM_METRICS_GET_VERSION} n4"]
