@@ -47,8 +47,10 @@ class SamplerSpec:
     """A sampler ``tracetool record`` can run beside the program (``--<name>[=HZ]``).
 
     ``target`` is ``"module:function"`` with the signature
-    ``start(recorder, hz: float, pid: int) -> stop`` where ``stop()`` ends the
-    sampling; the recorder writes a side trace merged into the main one.
+    ``start(recorder, hz: float, pid: int)`` returning what stops it (a
+    callable, or an object with ``stop()`` such as the handle of
+    :func:`collectors.system.start_system_collectors`). Under ``record`` it
+    samples into a side trace that the parent merges into the main one.
     """
 
     target: str
@@ -57,7 +59,7 @@ class SamplerSpec:
 
 
 #: Samplers offered as ``--<name>[=HZ]`` flags, e.g.
-#: ``"nvml": SamplerSpec("collectors.nvml:start_sampler", 10.0, "Sample GPUs with NVML.")``.
+#: ``"nvml": SamplerSpec("collectors.system:start_nvml", 10.0, "Sample GPUs with NVML.")``.
 SAMPLERS: dict[str, SamplerSpec] = {}
 
 
@@ -87,10 +89,10 @@ def _start_samplers(samplers: Mapping[str, float], side: Path, pid: int) -> tupl
     stops: list[Callable[[], None]] = []
     for name, hz in samplers.items():
         spec = SAMPLERS[name]
-        module, _, attr = spec.target.partition(":")
         try:
-            start = getattr(importlib.import_module(module), attr)
-            stops.append(start(rec, float(hz), pid))
+            module, _, attr = spec.target.partition(":")
+            handle = getattr(importlib.import_module(module), attr)(rec, float(hz), pid)
+            stops.append(handle.stop if hasattr(handle, "stop") else handle)
         except Exception as e:
             rec.note(f"{name}: sampler did not start ({type(e).__name__}: {e})")
             print(f"tracetool: {name}: sampler did not start ({e})", file=sys.stderr)

@@ -35,7 +35,7 @@ from collectors.hf.generate import (
     unwrap_generate,
     wrap_generate,
 )
-from collectors.hf.tokenizer import wrap_tokenizer
+from collectors.hf.tokenizer import unwrap_tokenizer, wrap_tokenizer
 from collectors.recorder import Recorder
 from collectors.torch_hooks import instrument
 
@@ -50,4 +50,4 @@ def instrument_hf(model: Any, tokenizer: Any, recorder: Recorder) -> Any:
 
 
 __all__ = ["autopatch", "instrument_hf", "token_times_streamer", "traced_generate", "unpatch",
-           "unwrap_generate", "wrap_generate", "wrap_tokenizer"]
+           "unwrap_generate", "unwrap_tokenizer", "wrap_generate", "wrap_tokenizer"]

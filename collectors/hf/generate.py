@@ -214,9 +214,9 @@ def _traced(call: Callable[..., Any], model: Any, rec: Recorder, args: tuple[Any
     th["active"] = last
     err: BaseException | None = None
     out: Any = None
-    steps: list[Step] = []
+    raw: list[Any] = []
     try:
-        with hooks.capture() as steps:
+        with hooks.capture() as raw:
             out = call(*args, **kwargs)
         return out
     except BaseException as e:
@@ -224,7 +224,7 @@ def _traced(call: Callable[..., Any], model: Any, rec: Recorder, args: tuple[Any
         raise
     finally:
         th["active"] = None
-        rec.guard(_record, tr, th, hooks, model, args, kwargs, streamer, last, steps, out, err,
+        rec.guard(_record, tr, th, hooks, model, args, kwargs, streamer, last, raw, out, err,
                   where="hf generate")
 
 
@@ -283,12 +283,11 @@ def _describe_model(rec: Recorder, model: Any) -> None:
 
 
 def _record(tr: _Tracker, th: dict[str, Any], hooks: Any, model: Any, args: tuple[Any, ...],
-            kwargs: dict[str, Any], streamer: Any, last: _Last, steps: list[Step], out: Any,
+            kwargs: dict[str, Any], streamer: Any, last: _Last, raw: list[Any], out: Any,
             err: BaseException | None) -> None:
     rec = tr.rec
     end = now_ns()
-    if hooks.cuda:
-        hooks.resolve(steps)
+    steps: list[Step] = hooks.steps(raw)  # on CUDA: waits for the events (generate has synced already)
     x = _input_ids(args, kwargs)
     batch = len(last.requests)
     width = int(x.shape[1]) if x is not None and len(x.shape) > 1 else (int(x.shape[0]) if x is not None else 0)

@@ -131,3 +131,8 @@ def wrap_tokenizer(tokenizer: Any, recorder: Recorder) -> None:
             break
         _patch_tokenizer_class(cls)  # subclasses that override decode/encode
     tokenizer.__dict__["_tracetool_recorder"] = recorder
+
+
+def unwrap_tokenizer(tokenizer: Any) -> None:
+    """Stop recording this tokenizer's calls (the class patch stays, inert)."""
+    tokenizer.__dict__.pop("_tracetool_recorder", None)

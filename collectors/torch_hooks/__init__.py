@@ -5,36 +5,37 @@
     uninstrument(h)                       # or uninstrument(model)
 
 Why a forward wrapper and not ``register_forward_pre_hook``: torch's hook
-dispatch alone costs 2.5-4 µs per call on a small CPU box (measured in
-``benchmarks/bench_hooks.py``), which is the whole budget (≤ 2 µs per step).
+dispatch alone costs several µs per call (measured side by side in
+``benchmarks/bench_hooks.py``), more than the whole budget (≤ 2 µs per step).
 The wrapper is installed as an instance attribute, the way ``accelerate``
-attaches its hooks, so ``Module.__call__`` keeps its hook-free fast path and
-the wrapper adds one Python frame. ``method="hooks"`` uses real torch hooks
-for models whose ``forward`` must not be replaced.
+attaches its hooks, so ``Module.__call__`` keeps its hook-free fast path, and
+the common case (``input_ids`` and a ``DynamicCache``) runs inline in that one
+frame. ``method="hooks"`` uses real torch hooks for models whose ``forward``
+must not be replaced.
 
 What a step records (never touching device values, so no GPU sync):
 
 * ``q_len`` and ``batch`` from the input shape;
 * ``kv_len`` = tokens in the cache before the call + ``q_len``, from CPU
-  metadata: a ``DynamicCache`` (``get_seq_length()`` is a shape read), legacy
-  tuple caches (a tensor shape), transformers 5.x ``cache=`` or 4.x
-  ``past_key_values=``, then a 2-D ``attention_mask``'s width, then a CPU
-  ``cache_position``/``input_pos``/``position_ids``, and last a counter of the
-  tokens fed since the sequence began (static caches on CUDA keep their length
-  on the device; reading it would block the host);
+  metadata (:mod:`collectors.torch_hooks.kv`), and last a counter of the tokens
+  fed since the sequence began (static caches on CUDA keep their length on the
+  device; reading it would block the host);
 * prefill when ``q_len > 1`` or the cache was empty, else decode.
 
 On CPU the step is timed with the wall clock. On CUDA a pair of CUDA events
 is recorded on the current stream and a resolver thread maps them onto the
-server clock once they complete, so the host never waits for the device.
+server clock once they complete (:mod:`collectors.torch_hooks.cuda`), so the
+host never waits for the device.
 """
 
 from __future__ import annotations
 
 import contextvars
 import functools
+import inspect
 import itertools
 import threading
+import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -44,29 +45,30 @@ from collectors.torch_hooks.kv import cache_seq_len, input_shape, past_len
 
 #: Step ids are unique within a process, so several instrumented models share one trace.
 _STEP_IDS = itertools.count(1)
-_capture: contextvars.ContextVar[list[Step] | None] = contextvars.ContextVar("tracetool_steps", default=None)
+#: Raw step records: (step_id, start_ns, end_ns, batch, q_len, kv_len, prefill) on CPU; on CUDA a
+#: list that also holds the events, then the device-timed start and end once resolved.
+_capture: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar("tracetool_steps", default=None)
 _ATTR = "_tracetool_hooks"
+_DYNAMIC_LAYER: dict[type, bool] = {}  # layer types whose length is keys.shape[-2]
 
 
 class Step:
-    """One forward call. ``start_ns``/``end_ns`` are server clock; on CUDA they stay
-    None until the events are resolved (:meth:`HookHandle.resolve`)."""
+    """One forward call, as :meth:`HookHandle.steps` and :attr:`HookHandle.last` give it.
 
-    __slots__ = ("_events", "batch", "end_ns", "host_end_ns", "host_start_ns", "kv_len", "prefill",
-                 "q_len", "start_ns", "step_id")
+    ``start_ns``/``end_ns`` are server clock (CUDA: device time mapped onto it;
+    None until resolved). ``host_start_ns``/``host_end_ns`` are when the host
+    entered and left ``forward``.
+    """
 
-    def __init__(self, step_id: int, host_start_ns: int, host_end_ns: int, batch: int, q_len: int,
-                 kv_len: int, prefill: bool) -> None:
-        self.step_id = step_id
-        self.host_start_ns = host_start_ns
-        self.host_end_ns = host_end_ns
-        self.start_ns: int | None = host_start_ns
-        self.end_ns: int | None = host_end_ns
-        self.batch = batch
-        self.q_len = q_len
-        self.kv_len = kv_len
-        self.prefill = prefill
-        self._events: tuple[Any, Any] | None = None
+    __slots__ = ("batch", "end_ns", "host_end_ns", "host_start_ns", "kv_len", "prefill", "q_len",
+                 "start_ns", "step_id")
+
+    def __init__(self, raw: Any) -> None:
+        self.step_id, self.host_start_ns, self.host_end_ns, self.batch, self.q_len, self.kv_len, \
+            self.prefill = raw[:7]
+        resolved = len(raw) > 8 and raw[8] is not None
+        self.start_ns: int | None = raw[8] if resolved else (self.host_start_ns if len(raw) == 7 else None)
+        self.end_ns: int | None = raw[9] if resolved else (self.host_end_ns if len(raw) == 7 else None)
 
     def __repr__(self) -> str:
         kind = "prefill" if self.prefill else "decode"
@@ -83,25 +85,27 @@ class HookHandle:
         self.cuda = cuda
         self.method = method
         self.active = True
-        self.steps_recorded = 0
         self._sink: Any = recorder.sink("steps")
         self._counter = 0  # tokens fed since the sequence began (last-resort kv_len)
         self._fresh = True
-        self._local = threading.local()
-        self._last: Step | None = None
+        self._last: Any = None
         self._undo: list[Callable[[], None]] = []
         self._timer: Any = None
         if cuda:
             from collectors.torch_hooks.cuda import CudaStepTimer
 
-            self._timer = CudaStepTimer(self._write_step, recorder)
+            self._timer = CudaStepTimer(self._write_raw, recorder)
         recorder.on_close(self.close)
 
     # -- public ---------------------------------------------------------------------------
     @property
     def last(self) -> Step | None:
         """The most recent step of this module (any thread)."""
-        return self._last
+        return None if self._last is None else Step(self._last)
+
+    @property
+    def steps_recorded(self) -> int:
+        return int(self._sink.rows_written + self._sink.pending())
 
     def new_sequence(self) -> None:
         """Say that the next call starts a new sequence (resets the last-resort kv counter)."""
@@ -109,19 +113,22 @@ class HookHandle:
         self._counter = 0
 
     @contextmanager
-    def capture(self) -> Iterator[list[Step]]:
-        """Collect the steps run by this thread/task inside the block (the HF wrapper uses it)."""
-        steps: list[Step] = []
-        token = _capture.set(steps)
+    def capture(self) -> Iterator[list[Any]]:
+        """Collect the raw steps this thread/task runs inside the block; :meth:`steps` turns them into
+        :class:`Step` objects afterwards (the hot path only appends a tuple)."""
+        raw: list[Any] = []
+        token = _capture.set(raw)
         try:
-            yield steps
+            yield raw
         finally:
             _capture.reset(token)
 
-    def resolve(self, steps: list[Step], timeout_s: float = 5.0) -> None:
-        """Fill ``start_ns``/``end_ns`` of CUDA-timed steps (waits for their events: call it off the hot path)."""
+    def steps(self, raw: list[Any], timeout_s: float = 5.0) -> list[Step]:
+        """:class:`Step` objects of captured raw steps; on CUDA waits for their events first
+        (call it off the hot path, e.g. when a request ends)."""
         if self._timer is not None:
-            self._timer.resolve(steps, timeout_s)
+            self._timer.resolve(raw, timeout_s)
+        return [Step(r) for r in raw]
 
     def token(self, request: RequestHandle, index: int, kv_len: int | None = None, emit_ns: int = 0,
               step: Step | None = None) -> None:
@@ -130,7 +137,7 @@ class HookHandle:
         ``kv_len`` defaults to the step's kv_len (right for batch 1). On CUDA a step
         not yet resolved gives null step times; the ``step_id`` still ties the row.
         """
-        s = step or self._last
+        s = step or self.last
         if s is None:
             request.token(index, NULL if kv_len is None else kv_len, emit_ns)
             return
@@ -146,99 +153,146 @@ class HookHandle:
         for undo in reversed(self._undo):
             self.recorder.guard(undo, where="uninstrument")
         self._undo.clear()
-        try:
-            if self.module.__dict__.get(_ATTR) is self:
-                del self.module.__dict__[_ATTR]
-        except Exception as e:
-            self.recorder.error("uninstrument", e)
+        if self.module.__dict__.get(_ATTR) is self:
+            del self.module.__dict__[_ATTR]
 
     def close(self) -> None:
         """Resolve and write what is pending (called when the recorder closes)."""
         if self._timer is not None:
             self._timer.close()
 
-    # -- hot path -------------------------------------------------------------------------------
-    def _pre(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, int, int, int, bool, Any]:
-        start = now_ns()
+    def __deepcopy__(self, memo: dict[int, Any]) -> None:
+        return None  # a deep-copied model is not instrumented (see _forward_of)
+
+    def __reduce__(self) -> tuple[Callable[[], None], tuple[()]]:
+        return _none, ()  # nor is a pickled one
+
+    # -- the general path (anything the inline fast path does not handle) -------------------------
+    def _pre(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, int, int, bool]:
         shape = input_shape(args, kwargs)
         batch, q = shape if shape is not None else (1, 1)
         past = past_len(args, kwargs, q, batch)
         if past is None:  # only the device knows: count the tokens fed since the sequence began
             past = 0 if (self._fresh or q > 1) else self._counter
         self._fresh = False
-        kv = past + q
-        self._counter = kv
-        ev = self._timer.start() if self._timer is not None else None
-        return start, batch, q, kv, q > 1 or past == 0, ev
+        self._counter = past + q
+        return batch, q, past + q, q > 1 or past == 0
 
-    def _post(self, pre: tuple[int, int, int, int, bool, Any]) -> None:
-        end = now_ns()
-        start, batch, q, kv, prefill, ev = pre
-        step = Step(next(_STEP_IDS), start, end, batch, q, kv, prefill)
-        self._last = step
+    def _post(self, start: int, end: int, batch: int, q: int, kv: int, prefill: bool, events: Any) -> None:
+        sid = next(_STEP_IDS)
+        if events is None:
+            raw: Any = (sid, start, end, batch, q, kv, prefill)
+            self._write_raw(raw)
+        else:
+            raw = [sid, start, end, batch, q, kv, prefill, events, None, None]
+            self._timer.finish(raw)
+        self._last = raw
         cap = _capture.get()
         if cap is not None:
-            cap.append(step)
-        if ev is not None:
-            step.start_ns = step.end_ns = None
-            self._timer.finish(step, ev)
-        else:
-            self._write_step(step)
+            cap.append(raw)
 
-    def _write_step(self, step: Step) -> None:
+    def _write_raw(self, raw: Any) -> None:
         s = self._sink
         if len(s.buf) >= s.max_items:
             s.dropped += 1
             return
-        b = step.batch
-        s.buf.frombytes(s.pack(step.step_id, step.start_ns, step.end_ns, b,
-                               b * step.q_len if step.prefill else 0, 0 if step.prefill else b, b * step.kv_len))
-        self.steps_recorded += 1
+        sid, start, end, b, q, kv, prefill = raw[:7]
+        if len(raw) > 7:
+            start, end = raw[8], raw[9]
+        s.buf.frombytes(s.pack(sid, start, end, b, b * q if prefill else 0, 0 if prefill else b, b * kv))
 
 
-class _Forward:
-    """The instance-level ``forward`` that times each call (picklable/deep-copyable as the original)."""
+def _none() -> None:
+    return None
 
-    def __init__(self, handle: HookHandle, orig: Callable[..., Any]) -> None:
-        self.handle = handle
-        self.orig = orig
-        self.__wrapped__ = orig  # inspect.signature(model.forward) keeps working (HF checks it)
-        functools.update_wrapper(self, orig, updated=())
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        h = self.handle
-        if not h.active or not h.recorder.enabled:
-            return self.orig(*args, **kwargs)
+def _forward_of(h: HookHandle, orig: Callable[..., Any]) -> Callable[..., Any]:
+    """The instance-level forward: times each call inline; anything unusual takes the general path.
+
+    It is stored as a method bound to the module, so ``copy.deepcopy(model)``
+    rebinds it to the copy, which then runs its own class ``forward`` untimed.
+    """
+    target = h.module
+    rec = h.recorder
+    sink = h._sink
+    buf = sink.buf
+    frombytes = buf.frombytes
+    pack = sink.pack
+    max_items = sink.max_items
+    now = now_ns
+    ids = _STEP_IDS
+    cap_get = _capture.get
+    dynamic = _DYNAMIC_LAYER
+    timer = h._timer
+
+    def forward(module: Any, *args: Any, **kwargs: Any) -> Any:
+        if module is not target:  # a deep copy of the instrumented model
+            return type(module).forward(module, *args, **kwargs)
+        if not h.active or not rec.enabled:
+            return orig(*args, **kwargs)
+        start = now()
         try:
-            pre = h._pre(args, kwargs)
-        except Exception as e:
-            h.recorder.error("torch_hooks", e)
-            return self.orig(*args, **kwargs)
-        out = self.orig(*args, **kwargs)
+            x = args[0] if args else kwargs["input_ids"]
+            batch, q = x.shape
+            cache = kwargs.get("cache")
+            if cache is None:
+                cache = kwargs["past_key_values"]
+            l0 = cache.layers[0]
+            t = type(l0)
+            d = dynamic.get(t)
+            if d is None:
+                d = dynamic[t] = t.__name__ == "DynamicLayer"
+            if not d or timer is not None:
+                raise LookupError
+            past = l0.keys.shape[-2] if l0.is_initialized else 0
+        except Exception:  # not the common case: the general path (never raises into the host)
+            try:
+                batch, q, kv, prefill = h._pre(args, kwargs)
+                events = timer.start() if timer is not None else None
+            except Exception as e:
+                rec.error("torch_hooks", e)
+                return orig(*args, **kwargs)
+            out = orig(*args, **kwargs)
+            try:
+                h._post(start, now(), batch, q, kv, prefill, events)
+            except Exception as e:
+                rec.error("torch_hooks", e)
+            return out
+        out = orig(*args, **kwargs)
+        end = now()
         try:
-            h._post(pre)
+            kv = past + q
+            prefill = q > 1 or past == 0
+            sid = next(ids)
+            raw = (sid, start, end, batch, q, kv, prefill)
+            h._last = raw
+            cap = cap_get()
+            if cap is not None:
+                cap.append(raw)
+            if len(buf) < max_items:
+                frombytes(pack(sid, start, end, batch, batch * q if prefill else 0, 0 if prefill else batch,
+                               batch * kv))
+            else:
+                sink.dropped += 1
         except Exception as e:
-            h.recorder.error("torch_hooks", e)
+            rec.error("torch_hooks", e)
         return out
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        import copy
-
-        return copy.deepcopy(self.orig, memo)  # a copied model is not instrumented
-
-    def __reduce__(self) -> Any:
-        return (getattr, (self.orig.__self__, "forward")) if hasattr(self.orig, "__self__") else (
-            _identity, (self.orig,))
-
-
-def _identity(x: Any) -> Any:
-    return x
+    functools.update_wrapper(forward, orig)
+    del forward.__wrapped__  # type: ignore[attr-defined]
+    try:  # inspect.signature(model.forward) stays the original's: transformers reads it
+        sig = inspect.signature(orig)
+        me = inspect.Parameter("__tracetool_self", inspect.Parameter.POSITIONAL_ONLY)
+        forward.__signature__ = sig.replace(parameters=[me, *sig.parameters.values()])  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        pass
+    return types.MethodType(forward, target)
 
 
 def _install_wrapper(h: HookHandle, module: Any) -> None:
     had_instance_forward = "forward" in module.__dict__
     orig = module.forward
-    wrapper = _Forward(h, orig)
+    wrapper = _forward_of(h, orig)
     module.__dict__["forward"] = wrapper
 
     def undo() -> None:
@@ -247,22 +301,25 @@ def _install_wrapper(h: HookHandle, module: Any) -> None:
                 module.__dict__["forward"] = orig
             else:
                 del module.__dict__["forward"]
-        # wrapped again by someone else: stays in their chain as a pass-through (h.active is False)
+        # wrapped again by someone else since: stays in their chain as a pass-through (h.active is False)
 
     h._undo.append(undo)
 
 
 def _install_hooks(h: HookHandle, module: Any) -> None:
-    local = h._local
+    local = threading.local()
 
     def pre_hook(mod: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if not h.active or not h.recorder.enabled:
             return
+        start = now_ns()
         try:
+            pre = h._pre(args, kwargs)
+            events = h._timer.start() if h._timer is not None else None
             stack = getattr(local, "stack", None)
             if stack is None:
                 stack = local.stack = []
-            stack.append(h._pre(args, kwargs))
+            stack.append((start, *pre, events))
         except Exception as e:
             h.recorder.error("torch_hooks", e)
 
@@ -271,7 +328,8 @@ def _install_hooks(h: HookHandle, module: Any) -> None:
         if not stack:
             return
         try:
-            h._post(stack.pop())
+            start, batch, q, kv, prefill, events = stack.pop()
+            h._post(start, now_ns(), batch, q, kv, prefill, events)
         except Exception as e:
             h.recorder.error("torch_hooks", e)
 

@@ -6,12 +6,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from collectors.recorder import Recorder, now_ns
 
-if TYPE_CHECKING:
-    from collectors.torch_hooks import Step
+#: Raw CUDA step records are lists: [step_id, host_start_ns, host_end_ns, batch, q_len, kv_len,
+#: prefill, events, start_ns, end_ns]; ``events`` is the (start, end) pair until resolved, then None.
+EVENTS, START, END = 7, 8, 9
 
 
 class CudaStepTimer:
@@ -24,7 +25,7 @@ class CudaStepTimer:
     small. ``event_factory``/``side_stream`` exist for tests without a GPU.
     """
 
-    def __init__(self, write: Callable[[Step], None], recorder: Recorder, *, reanchor_s: float = 1.0,
+    def __init__(self, write: Callable[[list[Any]], None], recorder: Recorder, *, reanchor_s: float = 1.0,
                  event_factory: Callable[[], Any] | None = None, side_stream: Any = None,
                  poll_s: float = 0.002) -> None:
         if event_factory is None:
@@ -39,7 +40,7 @@ class CudaStepTimer:
         self._write = write
         self._rec = recorder
         self._pool: list[Any] = []
-        self._pending: deque[Step] = deque()
+        self._pending: deque[list[Any]] = deque()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._poll_s = poll_s
@@ -64,11 +65,12 @@ class CudaStepTimer:
         ev.record()
         return ev
 
-    def finish(self, step: Step, start_ev: Any) -> None:
+    def finish(self, raw: list[Any]) -> None:
+        """``raw[EVENTS]`` holds the start event from :meth:`start`; record the end event and queue it."""
         ev = self._pool.pop() if self._pool else self._new_event()
         ev.record()
-        step._events = (start_ev, ev)
-        self._pending.append(step)
+        raw[EVENTS] = (raw[EVENTS], ev)
+        self._pending.append(raw)
         if len(self._pending) == 1:
             self._wake.set()
 
@@ -76,28 +78,28 @@ class CudaStepTimer:
     def _to_ns(self, ev: Any) -> int:
         return self._anchor_ns + round(self._anchor_ev.elapsed_time(ev) * 1e6)
 
-    def _resolve_one(self, step: Step) -> None:
-        events = step._events
+    def _resolve_one(self, raw: list[Any]) -> None:
+        events = raw[EVENTS]
         if events is None:
             return
         s, e = events
-        step.start_ns = self._to_ns(s)
-        step.end_ns = max(step.start_ns, self._to_ns(e))
-        step._events = None
+        start = self._to_ns(s)
+        raw[START], raw[END] = start, max(start, self._to_ns(e))
+        raw[EVENTS] = None
         self._pool += [s, e]
-        self._write(step)
+        self._write(raw)
 
     def _drain(self, block: bool) -> None:
         with self._lock:
             while self._pending:
-                step = self._pending[0]
-                events = step._events
+                raw = self._pending[0]
+                events = raw[EVENTS]
                 if events is not None and not events[1].query():
                     if not block:
                         return
                     events[1].synchronize()
                 self._pending.popleft()
-                self._resolve_one(step)
+                self._resolve_one(raw)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -116,15 +118,15 @@ class CudaStepTimer:
             if self._pending:
                 self._stop.wait(self._poll_s)
 
-    def resolve(self, steps: list[Step], timeout_s: float = 5.0) -> None:
-        """Resolve ``steps`` now (their events are waited for on the calling thread)."""
+    def resolve(self, steps: list[Any], timeout_s: float = 5.0) -> None:
+        """Resolve raw ``steps`` now (their events are waited for on the calling thread)."""
         deadline = time.monotonic() + timeout_s
-        if any(s._events is not None for s in steps):
+        if any(len(s) > EVENTS and s[EVENTS] is not None for s in steps):
             try:
                 self._drain(block=True)
             except Exception as e:
                 self._rec.error("cuda step timing", e)
-        while any(s._events is not None for s in steps) and time.monotonic() < deadline:
+        while any(len(s) > EVENTS and s[EVENTS] is not None for s in steps) and time.monotonic() < deadline:
             self._stop.wait(self._poll_s)
 
     def close(self) -> None:
