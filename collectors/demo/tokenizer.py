@@ -84,4 +84,5 @@ def load_demo_tokenizer() -> Any:
     from transformers import PreTrainedTokenizerFast
 
     return PreTrainedTokenizerFast(tokenizer_object=raw_tokenizer(), bos_token=BOS, eos_token=EOS,
-                                   pad_token=PAD, padding_side="left")
+                                   pad_token=PAD, padding_side="left",
+                                   model_input_names=["input_ids", "attention_mask"])  # no token_type_ids (4.x)

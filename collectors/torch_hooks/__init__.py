@@ -50,6 +50,16 @@ _STEP_IDS = itertools.count(1)
 _capture: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar("tracetool_steps", default=None)
 _ATTR = "_tracetool_hooks"
 _DYNAMIC_LAYER: dict[type, bool] = {}  # layer types whose length is keys.shape[-2]
+_CACHE_KIND: dict[type, int] = {}  # 1: list of layers (>= 4.56), 2: 4.4x DynamicCache, 0: other
+
+
+def _cache_kind(cache: Any) -> int:
+    if isinstance(getattr(cache, "layers", None), list):
+        return 1
+    names = {c.__name__ for c in type(cache).__mro__}
+    if "DynamicCache" in names and isinstance(getattr(cache, "key_cache", None), list):
+        return 2
+    return 0
 
 
 class Step:
@@ -223,6 +233,7 @@ def _forward_of(h: HookHandle, orig: Callable[..., Any]) -> Callable[..., Any]:
     ids = _STEP_IDS
     cap_get = _capture.get
     dynamic = _DYNAMIC_LAYER
+    kinds = _CACHE_KIND
     timer = h._timer
 
     def forward(module: Any, *args: Any, **kwargs: Any) -> Any:
@@ -237,14 +248,24 @@ def _forward_of(h: HookHandle, orig: Callable[..., Any]) -> Callable[..., Any]:
             cache = kwargs.get("cache")
             if cache is None:
                 cache = kwargs["past_key_values"]
-            l0 = cache.layers[0]
-            t = type(l0)
-            d = dynamic.get(t)
-            if d is None:
-                d = dynamic[t] = t.__name__ == "DynamicLayer"
-            if not d or timer is not None:
+            ct = type(cache)
+            kind = kinds.get(ct)
+            if kind is None:
+                kind = kinds[ct] = _cache_kind(cache)
+            if timer is not None or kind == 0:
                 raise LookupError
-            past = l0.keys.shape[-2] if l0.is_initialized else 0
+            if kind == 1:  # transformers >= 4.56 / 5.x: a list of layers
+                l0 = cache.layers[0]
+                t = type(l0)
+                d = dynamic.get(t)
+                if d is None:
+                    d = dynamic[t] = t.__name__ == "DynamicLayer"
+                if not d:
+                    raise LookupError
+                past = l0.keys.shape[-2] if l0.is_initialized else 0
+            else:  # 4.4x DynamicCache: what its get_seq_length() reads
+                kc = cache.key_cache
+                past = kc[0].shape[-2] if kc and len(kc[0]) else 0
         except Exception:  # not the common case: the general path (never raises into the host)
             try:
                 batch, q, kv, prefill = h._pre(args, kwargs)

@@ -19,7 +19,8 @@ raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
 raw.decoder = decoders.ByteLevel()
 raw.train_from_iterator([text], trainers.BpeTrainer(vocab_size=300, special_tokens=["<pad>", "</s>"],
                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
-tok = PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="</s>", pad_token="<pad>", padding_side="left")
+tok = PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="</s>", pad_token="<pad>", padding_side="left",
+                              model_input_names=["input_ids", "attention_mask"])
 torch.manual_seed(0)
 cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
                   num_key_value_heads=2, intermediate_size=128, eos_token_id=1, pad_token_id=0)
