@@ -46,7 +46,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 from collectors.recorder import Recorder, RequestHandle, now_ns
@@ -61,6 +61,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 STATE_KEY = "tracetool_request"
 #: Name of the extra field in the final SSE data event.
 SSE_FIELD = "server_timing"
+#: Paths the middleware does not record by default.
+SKIP_PATHS = ("/health", "/healthz", "/ready", "/metrics", "/ping", "/v1/models", "/models", "/favicon.ico")
 #: Phases reported in ``Server-Timing``, in this order, after ``server``.
 TIMING_PHASES = ("queue", "tokenize", "preprocess", "prefill", "decode", "detokenize", "postprocess")
 
@@ -124,18 +126,22 @@ class TracetoolMiddleware:
         server_timing: send the ``Server-Timing`` header / final SSE field.
         sse_field: name of the field in the final SSE event (None: no field).
         echo_request_id: set ``X-Request-ID`` on responses that do not carry one.
+        skip_paths: paths passed through unrecorded (health checks, model lists, metrics:
+            they are not inference requests and would only dilute the statistics).
     """
 
     def __init__(self, app: ASGIApp, recorder: Recorder, *, server_timing: bool = True,
-                 sse_field: str | None = SSE_FIELD, echo_request_id: bool = True) -> None:
+                 sse_field: str | None = SSE_FIELD, echo_request_id: bool = True,
+                 skip_paths: Iterable[str] = SKIP_PATHS) -> None:
         self.app = app
         self.recorder = recorder
         self.server_timing = server_timing
         self.sse_field = sse_field
         self.echo_request_id = echo_request_id
+        self.skip_paths = frozenset(skip_paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope.get("type") != "http":
+        if scope.get("type") != "http" or scope.get("path") in self.skip_paths:
             await self.app(scope, receive, send)
             return
         t0 = now_ns()

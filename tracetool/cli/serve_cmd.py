@@ -1,0 +1,251 @@
+"""``tracetool serve``, ``probe``, ``merge`` and ``demo``: the serving path on the command line."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tracetool.cli.common import emit_json, json_option, warn
+from tracetool.errors import UsageError
+
+
+def _sampler_options(fn: Any) -> Any:
+    # --<name>[=HZ] for each sampler registered in collectors.record.SAMPLERS (NVML, py-spy):
+    # they are wired in by their own modules and run inside the server (runner._start_samplers).
+    from collectors.record import SAMPLERS
+
+    for name, spec in sorted(SAMPLERS.items(), reverse=True):
+        fn = click.option(f"--{name}", f"sampler_{name}", type=float, is_flag=False,
+                          flag_value=spec.default_hz, default=None, metavar="[=HZ]",
+                          help=f"{spec.help} Optional rate in Hz (default {spec.default_hz:g}).")(fn)
+    return fn
+
+
+# -- serve ------------------------------------------------------------------------------------------
+@click.command()
+@click.option("--model", "model_path", type=click.Path(path_type=Path), default=None,
+              help="Local Hugging Face model directory (never a hub id: nothing is downloaded). "
+                   "Default: the demo model.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+              help="Trace directory to write (default: a new temporary directory, printed).")
+@click.option("--force", is_flag=True, help="Replace the trace in a non-empty output directory.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
+              help="Port; 0 picks a free one (the URL is printed on stderr).")
+@click.option("--served-model-name", default=None, help="Model name in the API (default: the model's).")
+@click.option("--max-batch", type=click.IntRange(1, 1024), default=8, show_default=True,
+              help="Requests generated concurrently; more wait in the queue.")
+@click.option("--max-queue", type=click.IntRange(0), default=256, show_default=True,
+              help="Requests allowed to wait; beyond it requests get HTTP 503.")
+@click.option("--max-prompt-tokens", type=click.IntRange(1), default=4096, show_default=True,
+              help="Longest prompt accepted, in tokens.")
+@click.option("--max-output-tokens", type=click.IntRange(1), default=1024, show_default=True,
+              help="Largest max_tokens accepted.")
+@click.option("--max-body-bytes", type=click.IntRange(1024), default=1 << 20, show_default=True,
+              help="Largest request body accepted (HTTP 413 beyond).")
+@click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:N or auto.")
+@click.option("--threads", type=click.IntRange(1), default=None,
+              help="torch CPU threads (default: torch's choice).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the demo model's weights.")
+@click.option("--graceful-timeout", type=click.FloatRange(0), default=5.0, show_default=True,
+              help="Seconds running requests get to finish on SIGINT/SIGTERM.")
+@_sampler_options
+# --live HOST:PORT (stream the trace to a live TUI) plugs in here once the live source exists.
+def serve(model_path: Path | None, output: Path | None, force: bool, host: str, port: int,
+          served_model_name: str | None, max_batch: int, max_queue: int, max_prompt_tokens: int,
+          max_output_tokens: int, max_body_bytes: int, device: str, threads: int | None, seed: int,
+          graceful_timeout: float, **samplers: float | None) -> int:
+    """Run an OpenAI-compatible server with tracetool's collectors on.
+
+    \b
+        tracetool serve -o server-trace --port 8000
+        tracetool serve --model /models/llama-3.2-1b -o trace --port 0
+
+    Serves GET /v1/models, POST /v1/completions and POST /v1/chat/completions
+    (streamed as SSE or not) with the demo model (a small random-init Llama:
+    gibberish text, real timings) or a local Hugging Face model directory.
+    Every request gets server.request, preprocess, tokenize, queue, prefill,
+    decode and detokenize spans, a row per token (kv_len, step) and a row per
+    forward pass, written to the trace while it runs; responses carry the
+    server's timing (Server-Timing header, or a server_timing field in the last
+    SSE event). Binds 127.0.0.1 unless --host says otherwise. Ctrl-C or SIGTERM
+    stops it and closes the trace (exit 0). Malformed requests get
+    OpenAI-style JSON errors (400, 404 unknown model, 413 body too large,
+    503 queue full).
+    """
+    from tracetool.serving.openai_api import Limits
+    from tracetool.serving.runner import ServeConfig, run_server
+
+    out = output or Path(tempfile.mkdtemp(prefix="tracetool-serve-"))
+    dev = _device(device)
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    limits = Limits(max_body_bytes=max_body_bytes, max_prompt_tokens=max_prompt_tokens,
+                    max_output_tokens=max_output_tokens)
+    cfg = ServeConfig(out=out, model_path=model_path, host=host, port=port, served_name=served_model_name,
+                      max_batch=max_batch, max_waiting=max_queue, limits=limits, device=dev, seed=seed,
+                      graceful_s=graceful_timeout, force=force or output is None,
+                      samplers={k.removeprefix("sampler_"): v for k, v in samplers.items() if v is not None})
+    return run_server(cfg)
+
+
+def _device(device: str) -> str:
+    if device != "auto":
+        if not (device == "cpu" or device.startswith("cuda")):
+            raise UsageError(f"--device must be cpu, cuda, cuda:N or auto, not {device!r}")
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+# -- probe -------------------------------------------------------------------------------------------
+@click.command()
+@click.argument("url")
+@click.option("-n", "--requests", "n", type=click.IntRange(1), default=16, show_default=True,
+              help="Requests to send.")
+@click.option("--concurrency", type=click.IntRange(1), default=4, show_default=True,
+              help="Requests in flight at most.")
+@click.option("--rate", type=click.FloatRange(0, min_open=True), default=None,
+              help="Poisson arrivals at this many requests/s (default: as fast as --concurrency allows).")
+@click.option("--prompt-tokens", type=click.IntRange(1), default=64, show_default=True,
+              help="Approximate prompt length: this many random common words (~1 token each).")
+@click.option("--prompt-file", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Prompts to send, one per line (cycled); replaces --prompt-tokens.")
+@click.option("--max-tokens", type=click.IntRange(1), default=32, show_default=True,
+              help="max_tokens of each request.")
+@click.option("--chat/--completions", "chat", default=None,
+              help="Endpoint: /v1/chat/completions (default) or /v1/completions.")
+@click.option("--model", default=None, help="Model name (default: the first from GET /v1/models).")
+@click.option("--api-key", envvar="OPENAI_API_KEY", default=None,
+              help="Bearer token (default: $OPENAI_API_KEY).")
+@click.option("--timeout", type=click.FloatRange(0, min_open=True), default=120.0, show_default=True,
+              help="Seconds one request may take before it counts as failed.")
+@click.option("--ignore-eos", is_flag=True, help="Ask for exactly --max-tokens (vLLM/SGLang's ignore_eos).")
+@click.option("--no-usage", is_flag=True, help="Do not send stream_options.include_usage (old servers).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seeds prompts and arrival times.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+              help="Write the client trace here.")
+@click.option("--force", is_flag=True, help="Replace the trace in a non-empty output directory.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+@json_option
+def probe(url: str, n: int, concurrency: int, rate: float | None, prompt_tokens: int,
+          prompt_file: Path | None, max_tokens: int, chat: bool | None, model: str | None,
+          api_key: str | None, timeout: float, ignore_eos: bool, no_usage: bool, seed: int,
+          output: Path | None, force: bool, quiet: bool, as_json: bool) -> int:
+    """Load-test an OpenAI-compatible endpoint and record what the client saw.
+
+    \b
+        tracetool probe http://127.0.0.1:8000 -n 64 --concurrency 8 -o client-trace
+        tracetool probe https://host/v1 --model m --rate 2 --prompt-tokens 512 --max-tokens 128
+
+    Works with vLLM, SGLang, TGI, llama.cpp server or tracetool serve. Streams
+    each request, sends its id as X-Request-ID (and traceparent), and prints
+    TTFT, TPOT, ITL and e2e (mean, p50, p90, p99) with vLLM bench serve's
+    definitions (AIPerf calls TPOT "inter-token latency"), plus network time
+    when the server reports its own timing. With -o it writes a v1 trace:
+    client.request and client.connect spans, each token's client receipt time,
+    one requests row per request with its outcome. Failed requests are
+    recorded and counted; the exit code is 0 when the run completed, 3 when
+    nothing could be reached.
+    """
+    from tracetool.serving.probe import ProbeConfig, run_probe
+    from tracetool.serving.report import print_probe_report, probe_report
+    from tracetool.serving.runner import check_out
+
+    if output is not None:
+        check_out(output, force)
+    cfg = ProbeConfig(url=url, n=n, concurrency=concurrency, rate=rate, prompt_tokens=prompt_tokens,
+                      prompt_file=prompt_file, max_tokens=max_tokens, chat=chat, model=model, api_key=api_key,
+                      timeout_s=timeout, seed=seed, ignore_eos=ignore_eos, include_usage=not no_usage,
+                      out=output, progress=not quiet)
+    result = run_probe(cfg)
+    report = probe_report(result)
+    if as_json:
+        emit_json(report)
+    else:
+        print_probe_report(report)
+    if output is not None:
+        warn(f"trace written to {output}")
+    return 0
+
+
+# -- merge -------------------------------------------------------------------------------------------
+@click.command()
+@click.argument("client_trace", type=click.Path(path_type=Path))
+@click.argument("server_trace", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Joined trace to write.")
+@click.option("--force", is_flag=True, help="Replace table files in a non-empty output directory.")
+@json_option
+def merge(client_trace: Path, server_trace: Path, output: Path, force: bool, as_json: bool) -> int:
+    """Join a client trace (tracetool probe) and a server trace of the same run.
+
+    \b
+        tracetool merge client-trace server-trace -o joined
+
+    Joins on request id (the probe sends it as X-Request-ID; tracetool's
+    middleware adopts it), fills each token's client receipt time, and
+    estimates each request's clock offset under the symmetric-delay
+    assumption (as NTP) into a clock_offsets table, only to draw a joined
+    timeline: network time stays client.request minus server.request, a
+    difference of durations. Prints how many requests joined.
+    """
+    from tracetool.merge import merge_traces
+
+    rep = merge_traces(client_trace, server_trace, output, force=force)
+    if as_json:
+        emit_json({"version": 1, **rep.as_dict()})
+        return 0
+    pct = 100.0 * rep.joined / rep.client_requests if rep.client_requests else 0.0
+    off = "-" if rep.offset_ns_median is None else f"{rep.offset_ns_median / 1e6:.3f} ms"
+    print(f"joined {rep.joined}/{rep.client_requests} client requests ({pct:.0f} %) with the server trace; "
+          f"{rep.server_only} server-only, {rep.client_only} client-only; "
+          f"{rep.tokens_with_recv:,} tokens with client receipt times; median clock offset {off}")
+    warn(f"merged trace written to {output}")
+    return 0
+
+
+# -- demo --------------------------------------------------------------------------------------------
+@click.command()
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+              help="Where to write the joined trace (default: a new temporary directory, printed).")
+@click.option("--force", is_flag=True, help="Replace the trace in a non-empty output directory.")
+@click.option("--no-tui", is_flag=True, help="Print the analysis instead of opening the TUI.")
+@click.option("-n", "--requests", "n", type=click.IntRange(1), default=16, show_default=True,
+              help="Requests the probe sends.")
+@click.option("--concurrency", type=click.IntRange(1), default=4, show_default=True,
+              help="Requests in flight at most.")
+@click.option("--prompt-tokens", type=click.IntRange(1), default=64, show_default=True,
+              help="Approximate prompt length.")
+@click.option("--max-tokens", type=click.IntRange(1), default=24, show_default=True,
+              help="max_tokens of each request.")
+@click.option("--rtt-ms", type=click.FloatRange(0), default=0.0, show_default=True,
+              help="Put a loopback delay proxy adding this round-trip time between client and server.")
+@json_option
+def demo(output: Path | None, force: bool, no_tui: bool, n: int, concurrency: int, prompt_tokens: int,
+         max_tokens: int, rtt_ms: float, as_json: bool) -> int:
+    """Serve the demo model, probe it, and show where the latency went.
+
+    \b
+        tracetool demo
+        tracetool demo --no-tui -o demo-trace
+        tracetool demo --rtt-ms 80        # a slow link: watch network time appear
+
+    Starts `tracetool serve` with the demo model on a free loopback port,
+    runs `tracetool probe` against it, merges the two traces into one (-o),
+    and shows the result: the TUI when there is one and stdout is a terminal,
+    else the analysis printed (TTFT, TPOT, ITL, e2e and where the time went:
+    network, queue, tokenize, prefill, decode, detokenize). Nothing is
+    downloaded; it takes well under a minute on a laptop CPU.
+    """
+    from tracetool.serving.demo import DemoConfig, run_demo
+
+    cfg = DemoConfig(out=output, force=force, tui=not no_tui and not as_json, n=n, concurrency=concurrency,
+                     prompt_tokens=prompt_tokens, max_tokens=max_tokens, rtt_ms=rtt_ms, as_json=as_json)
+    return run_demo(cfg, stderr=sys.stderr)

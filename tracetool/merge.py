@@ -1,0 +1,260 @@
+"""Join a client trace and a server trace of the same run into one trace, per request id.
+
+``tracetool probe`` writes what the client saw; a server running tracetool's
+collectors (``tracetool serve``, or the ASGI middleware in a user's app) writes
+what the server did, under the same request ids (the probe sends them as
+``X-Request-ID``). The merged trace holds:
+
+* the server trace's tables as they are (spans, tokens, steps, gpu, stacks, ...);
+* the client trace's ``client``-clock spans (``client.request``,
+  ``client.connect``, ...);
+* ``tokens.client_recv_ns`` filled from the client trace (see
+  :func:`receipt_times`): the k-th content chunk ↔ token k when the counts
+  match, else each token gets the first chunk sent after it existed;
+* ``requests`` rows joined: the server's sizes, the client's outcome when the
+  client saw an error the server did not;
+* for requests only the client knows (the server trace missed them), the
+  client trace's rows, its estimated server spans shifted onto the server
+  clock by the median offset;
+* a ``clock_offsets`` table (an extra table of the format): per joined
+  request, ``offset_ns`` = server clock − client clock, estimated as NTP does
+  under the symmetric-delay assumption from the four timestamps of the
+  request (client send t1, server receive t2, server send t3, client receive
+  t4): ((t2 − t1) + (t3 − t4)) / 2, and ``network_ns`` = (t4 − t1) − (t3 − t2).
+  The offset is for drawing a joined timeline only: network time is always
+  the difference of the two durations, never a difference of timestamps.
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tracetool.errors import BadInput, UsageError
+from tracetool.meta import write_meta
+from tracetool.reader import Trace, open_trace
+from tracetool.schema import CLIENT_REQUEST, SERVER_REQUEST, TABLES, table_file_name
+from tracetool.summary import request_ids
+
+#: The extra table merge writes (documented in docs/serving.md).
+CLOCK_OFFSETS = pa.schema([
+    pa.field("request_id", pa.string(), nullable=False),
+    pa.field("offset_ns", pa.int64()),   # server clock − client clock (symmetric-delay estimate)
+    pa.field("network_ns", pa.int64()),  # client.request − server.request durations
+])
+
+
+@dataclass
+class MergeReport:
+    out: Path
+    client_requests: int
+    server_requests: int
+    joined: int
+    client_only: int
+    server_only: int
+    tokens_with_recv: int
+    offset_ns_median: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
+
+
+def _bounds(spans: pa.Table, name: str, clock: str) -> dict[str, tuple[int, int]]:
+    """request id -> (first start, last end) of spans ``name`` on ``clock``."""
+    mask = pc.and_(pc.equal(spans.column("name"), name), pc.equal(spans.column("clock"), clock))
+    sel = spans.filter(mask)
+    if not sel.num_rows:
+        return {}
+    g = sel.group_by("request_id").aggregate([("start_ns", "min"), ("end_ns", "max")])
+    return {r: (s, e) for r, s, e in zip(g.column("request_id").to_pylist(), g.column("start_ns_min").to_pylist(),
+                                         g.column("end_ns_max").to_pylist(), strict=True)}
+
+
+def clock_offsets(client_spans: pa.Table, server_spans: pa.Table) -> pa.Table:
+    """Per request in both: NTP-style offset (server − client) and network time, in ns."""
+    c = _bounds(client_spans, CLIENT_REQUEST, "client")
+    s = _bounds(server_spans, SERVER_REQUEST, "server")
+    ids = sorted(set(c) & set(s))
+    offsets, network = [], []
+    for rid in ids:
+        t1, t4 = c[rid]
+        t2, t3 = s[rid]
+        offsets.append(((t2 - t1) + (t3 - t4)) // 2)
+        network.append((t4 - t1) - (t3 - t2))
+    return pa.table([pa.array(ids, pa.string()), pa.array(offsets, pa.int64()), pa.array(network, pa.int64())],
+                    schema=CLOCK_OFFSETS)
+
+
+def merge_traces(client_path: str | Path, server_path: str | Path, out: str | Path, *,
+                 force: bool = False) -> MergeReport:
+    """Write the joined trace to ``out``; see the module docstring."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
+        raise UsageError(f"{out}: exists and is not empty (use --force to replace its table files)")
+    client, server = open_trace(client_path), open_trace(server_path)
+    if not _has_clock(client, "client"):
+        raise BadInput(f"{client.path}: no client-clock spans: not a client trace (tracetool probe writes one)")
+    c_ids, s_ids = request_ids(client), request_ids(server)
+    joined = c_ids & s_ids
+    offsets = clock_offsets(client.table("spans"), server.table("spans"))
+    off_list = offsets.column("offset_ns").to_pylist()
+    median = int(statistics.median(off_list)) if off_list else None
+    client_only = c_ids - s_ids
+
+    tables: dict[str, pa.Table] = {}
+    for name, t in server.tables.items():
+        tables[name] = t
+    tables["spans"] = _spans(client, server, client_only, median or 0)
+    tables["tokens"], with_recv = _tokens(client, server, client_only, median or 0, offsets)
+    tables["requests"] = _requests(client, server)
+    tables["clock_offsets"] = offsets
+
+    meta = {k: v for k, v in server.meta.items() if k not in ("closed", "dropped_rows")}
+    notes = list(server.meta.get("notes") or [])
+    notes += [n for n in client.meta.get("notes") or [] if n not in notes]
+    clocks = dict(server.meta.get("clocks") or {})
+    if "client" in (client.meta.get("clocks") or {}):
+        clocks["client"] = client.meta["clocks"]["client"]
+    report = MergeReport(out, len(c_ids), len(s_ids), len(joined), len(client_only), len(s_ids - c_ids),
+                         with_recv, median)
+    meta.update(notes=notes, clocks=clocks, closed=True, dropped_rows={},
+                merge={"client": str(client.path), "server": str(server.path),
+                       **{k: v for k, v in report.as_dict().items() if k != "out"}})
+    if "probe" in client.meta:
+        meta["probe"] = client.meta["probe"]
+    _write(out, meta, tables)
+    return report
+
+
+def _has_clock(trace: Trace, clock: str) -> bool:
+    spans = trace.table("spans")
+    return bool(spans.num_rows) and bool(pc.any(pc.equal(spans.column("clock"), clock)).as_py())
+
+
+def _in(col: pa.ChunkedArray, ids: set[str]) -> pa.ChunkedArray:
+    return pc.is_in(col, value_set=pa.array(sorted(ids), pa.string()))
+
+
+def _spans(client: Trace, server: Trace, client_only: set[str], shift: int) -> pa.Table:
+    schema = TABLES["spans"].arrow_schema
+    cs = client.table("spans").select(schema.names).cast(schema)
+    ss = server.table("spans").select(schema.names).cast(schema)
+    parts = [ss, cs.filter(pc.equal(cs.column("clock"), "client"))]
+    if client_only:
+        # estimated server spans of requests the server trace does not have: onto the server clock
+        est = cs.filter(pc.and_(pc.equal(cs.column("clock"), "server"), _in(cs.column("request_id"), client_only)))
+        if est.num_rows:
+            for col in ("start_ns", "end_ns"):
+                est = est.set_column(schema.get_field_index(col), col, pc.add(est.column(col), shift))
+            parts.append(est)
+    return pa.concat_tables(parts)
+
+
+def _tokens(client: Trace, server: Trace, client_only: set[str], shift: int,
+            offsets: pa.Table) -> tuple[pa.Table, int]:
+    ct, st = client.table("tokens"), server.table("tokens")
+    schema = TABLES["tokens"].arrow_schema
+    st = st.select(schema.names).cast(schema)
+    if st.num_rows and ct.num_rows:
+        recv = receipt_times(ct, st, offsets)
+        st = st.set_column(schema.get_field_index("client_recv_ns"), "client_recv_ns", pa.array(recv, pa.int64()))
+    parts = [st]
+    if client_only and ct.num_rows:
+        extra = ct.filter(_in(ct.column("request_id"), client_only))
+        if extra.num_rows:
+            extra = extra.set_column(extra.schema.get_field_index("emit_ns"), "emit_ns",
+                                     pc.add(extra.column("emit_ns"), shift))
+            parts.append(extra.select(schema.names).cast(schema))
+    out = pa.concat_tables(parts)
+    with_recv = out.num_rows - out.column("client_recv_ns").null_count
+    return out, with_recv
+
+
+def receipt_times(client_tokens: pa.Table, server_tokens: pa.Table, offsets: pa.Table) -> list[int | None]:
+    """``client_recv_ns`` for each server token row (existing values kept where the client has none).
+
+    Per request: when the client received as many content chunks as the server
+    made tokens, chunk k is token k. Otherwise (a token whose text was held
+    back, e.g. half a UTF-8 character, arrives with a later chunk; an EOS
+    token sends no text) each token gets the receipt time of the first chunk
+    the server sent after the token existed, using the request's clock offset
+    and half its network time (symmetric delay) to put the chunk on the
+    server clock.
+    """
+    chunks: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for rid, idx, t in zip(client_tokens.column("request_id").to_pylist(),
+                           client_tokens.column("index").to_pylist(),
+                           client_tokens.column("client_recv_ns").to_pylist(), strict=True):
+        if t is not None:
+            chunks[rid].append((idx, t))
+    off = {r: (o, n) for r, o, n in zip(offsets.column("request_id").to_pylist(),
+                                        offsets.column("offset_ns").to_pylist(),
+                                        offsets.column("network_ns").to_pylist(), strict=True)}
+    rids = server_tokens.column("request_id").to_pylist()
+    index = server_tokens.column("index").to_pylist()
+    emit = server_tokens.column("emit_ns").to_pylist()
+    out: list[int | None] = server_tokens.column("client_recv_ns").to_pylist()
+    rows: dict[str, list[int]] = defaultdict(list)
+    for i, rid in enumerate(rids):
+        rows[rid].append(i)
+    for rid, positions in rows.items():
+        got = sorted(chunks.get(rid, ()))
+        if not got:
+            continue
+        positions.sort(key=lambda i: index[i])
+        times = [t for _, t in got]
+        if len(times) == len(positions) or rid not in off:
+            for i, t in zip(positions, times, strict=False):
+                out[i] = t
+            continue
+        theta, network = off[rid]
+        sent = [t + theta - network // 2 for t in times]  # when the server sent each chunk (estimate)
+        for i in positions:
+            k = bisect.bisect_left(sent, emit[i])
+            out[i] = times[k] if k < len(times) else None
+    return out
+
+
+def _requests(client: Trace, server: Trace) -> pa.Table:
+    schema = TABLES["requests"].arrow_schema
+    rows: dict[str, dict[str, Any]] = {}
+    for r in server.table("requests").to_pylist():
+        rows.setdefault(r["request_id"], {}).update({k: v for k, v in r.items() if v is not None})
+    for r in client.table("requests").to_pylist():
+        cur = rows.setdefault(r["request_id"], {})
+        for k, v in r.items():
+            if v is None:
+                continue
+            if k in ("status", "error"):
+                if r.get("status") == "error":  # the client saw a failure the server may not have
+                    cur[k] = v
+                else:
+                    cur.setdefault(k, v)
+            else:
+                cur.setdefault(k, v)
+    cols = {f.name: [rows[rid].get(f.name) for rid in rows] for f in schema}
+    cols["request_id"] = list(rows)
+    return pa.table(cols, schema=schema)
+
+
+def _write(out: Path, meta: dict[str, Any], tables: dict[str, pa.Table]) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for p in out.iterdir():
+            if p.suffix in (".arrows", ".arrow", ".parquet") and p.is_file():
+                p.unlink()
+        for name, table in tables.items():
+            path = out / table_file_name(name, "arrows")
+            options = pa.ipc.IpcWriteOptions(compression="lz4")
+            with pa.OSFile(str(path), "wb") as f, pa.ipc.new_stream(f, table.schema, options=options) as w:
+                w.write_table(table)
+        write_meta(out, meta)
+    except OSError as e:
+        raise BadInput(f"{out}: cannot write the merged trace ({e.strerror or e})") from e

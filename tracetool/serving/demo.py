@@ -1,0 +1,173 @@
+"""``tracetool demo``: serve the demo model, probe it, merge both traces, show the result.
+
+The server runs as a child process (``tracetool serve --port 0``) so the
+client's event loop and the server's engine do not share one interpreter
+lock: on a small machine they would slow each other down and blur the very
+split between network and server time the demo is about. The probe runs
+here, optionally through a loopback delay proxy (``--rtt-ms``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from tracetool.errors import BadInput
+
+READY_PREFIX = "tracetool: serving "
+
+
+@dataclass
+class DemoConfig:
+    out: Path | None = None
+    force: bool = False
+    tui: bool = True
+    n: int = 16
+    concurrency: int = 4
+    prompt_tokens: int = 64
+    max_tokens: int = 24
+    rtt_ms: float = 0.0
+    as_json: bool = False
+    max_batch: int = 4
+    start_timeout_s: float = 180.0
+
+
+@contextlib.contextmanager
+def server_process(trace_dir: Path, *extra: str, timeout_s: float = 180.0,
+                   stderr: TextIO | None = None) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """Run ``tracetool serve --port 0`` in a child; yield (base URL, process) once it is ready.
+
+    Readiness is the server's own "serving URL" line on stderr (printed after
+    uvicorn accepts connections). On exit the child gets SIGTERM (it closes its
+    trace), then SIGKILL if it has not stopped within 30 s.
+    """
+    cmd = [sys.executable, "-m", "tracetool", "serve", "--port", "0", "-o", str(trace_dir), "--force", *extra]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    tail: deque[str] = deque(maxlen=20)
+    ready = threading.Event()
+    url: list[str] = []
+
+    def drain() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            tail.append(line.rstrip())
+            if not ready.is_set() and line.startswith(READY_PREFIX):
+                url.append(line[len(READY_PREFIX):].split()[0])
+                ready.set()
+            elif stderr is not None and "error" in line.lower():
+                stderr.write(f"[server] {line}")
+        ready.set()  # EOF: the child ended
+
+    reader = threading.Thread(target=drain, name="tracetool-demo-server-stderr", daemon=True)
+    reader.start()
+    try:
+        ready.wait(timeout_s)
+        if not url:
+            why = "\n".join(tail) or "(no output)"
+            state = f"exited with {proc.poll()}" if proc.poll() is not None else f"not ready after {timeout_s:g} s"
+            raise BadInput(f"the demo server {state}:\n{why}")
+        yield url[0], proc
+    finally:
+        stop_process(proc)
+        reader.join(5)
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout_s: float = 30.0) -> int | None:
+    """SIGTERM, wait, then SIGKILL: a child never outlives its parent's interest in it."""
+    if proc.poll() is None:
+        with contextlib.suppress(OSError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    return proc.returncode
+
+
+def run_demo(cfg: DemoConfig, stderr: TextIO = sys.stderr) -> int:
+    from tracetool.merge import merge_traces
+    from tracetool.reader import open_trace
+    from tracetool.serving.probe import ProbeConfig, run_probe
+    from tracetool.serving.proxy import DelayProxy
+    from tracetool.serving.report import (
+        attribution,
+        print_attribution,
+        print_probe_report,
+        probe_report,
+    )
+    from tracetool.serving.runner import check_out
+
+    out = cfg.out or Path(tempfile.mkdtemp(prefix="tracetool-demo-"))
+    check_out(out, cfg.force or cfg.out is None)
+    work = Path(tempfile.mkdtemp(prefix="tracetool-demo-work-"))
+    server_dir, client_dir = work / "server", work / "client"
+    try:
+        stderr.write("tracetool: starting the demo server (demo model, loopback, free port)...\n")
+        stderr.flush()
+        extra = ("--threads", "1", "--max-batch", str(cfg.max_batch))
+        with server_process(server_dir, *extra, timeout_s=cfg.start_timeout_s, stderr=stderr) as (url, _), \
+                contextlib.ExitStack() as stack:
+            if cfg.rtt_ms > 0:
+                host, port = _host_port(url)
+                proxy = stack.enter_context(DelayProxy((host, port), rtt_ms=cfg.rtt_ms))
+                url = f"{proxy.url}/v1"
+                stderr.write(f"tracetool: probing through a delay proxy adding {cfg.rtt_ms:g} ms RTT\n")
+            pcfg = ProbeConfig(url=url, n=cfg.n, concurrency=cfg.concurrency, prompt_tokens=cfg.prompt_tokens,
+                               max_tokens=cfg.max_tokens, ignore_eos=True, out=client_dir, progress=True)
+            result = run_probe(pcfg)
+        merge_traces(client_dir, server_dir, out, force=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    stderr.write(f"tracetool: demo trace written to {out}\n")
+    stderr.flush()
+    report = probe_report(result)
+    report["trace"] = str(out)
+    if cfg.as_json:
+        from tracetool.cli.common import emit_json
+
+        emit_json({**report, "attribution": attribution(open_trace(out))})
+        return 0
+    if cfg.tui and _can_open_tui():
+        from tracetool.cli import run
+
+        return run(["tui", str(out)])
+    print_probe_report(report)
+    print()
+    if not _analyze(out):
+        print_attribution(attribution(open_trace(out)))
+    return 0
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    hostport = url.split("://", 1)[1].split("/", 1)[0]
+    host, _, port = hostport.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def _can_open_tui() -> bool:
+    from tracetool.cli import COMMANDS
+
+    return "tui" in COMMANDS and sys.stdout.isatty() and sys.stdin.isatty()
+
+
+def _analyze(out: Path) -> bool:
+    """Print ``tracetool analyze OUT`` when the analyzers are installed; False when they are not."""
+    from tracetool.cli import COMMANDS, run
+
+    if "analyze" not in COMMANDS:
+        return False
+    return run(["analyze", str(out)]) == 0

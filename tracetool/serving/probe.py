@@ -1,0 +1,490 @@
+"""``tracetool probe``: a load client for any OpenAI-compatible server that records a trace.
+
+It streams chat or completion requests (vLLM, SGLang, TGI, llama.cpp server,
+``tracetool serve``) and writes what the client saw as a v1 trace:
+
+* a ``client.request`` span per request (request sent, connection set-up
+  included → last byte received) and a ``client.connect`` span for each new
+  TCP connection (the TCP handshake: one RTT sample per connection), both on
+  the client clock;
+* a ``tokens`` row per content chunk with ``client_recv_ns``;
+* a ``requests`` row with sizes (the server's ``usage`` when it sends one) and
+  the outcome (``ok``, or ``error`` with why: HTTP status, connection closed
+  mid-stream, malformed SSE, timeout);
+* when the server reports its own timing (a ``Server-Timing`` header, or the
+  ``server_timing`` field of the last SSE event as tracetool's middleware
+  sends), a ``server.request`` span and the phase spans (queue, tokenize,
+  prefill, decode, detokenize) of the same request. Their **durations are the
+  server's**; where they sit on the timeline is an estimate: the server clock
+  of a probe trace is the client clock, and the server's part is centred in the
+  client's request (symmetric delay, as NTP), prefill ending when the first
+  token was sent. ``tokens.emit_ns`` is the receipt time minus that one-way
+  estimate. ``tracetool merge`` replaces all of these with the server's own
+  trace when there is one.
+
+Network time per request is then ``client.request − server.request``: two
+durations, no clock sync needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tracetool.errors import BadInput, UsageError
+from tracetool.serving.sse import MalformedStream, SSEParser, parse_server_timing
+
+#: Client clock: epoch nanoseconds advanced by the monotonic clock (no jumps mid-run).
+_EPOCH0 = time.time_ns() - time.perf_counter_ns()
+
+
+def client_now() -> int:
+    return time.perf_counter_ns() + _EPOCH0
+
+
+WORDS = tuple(["time", "year", "people", "way", "day", "man", "thing", "woman", "life", "child", "world", "school", "state", "family", "student", "group", "country", "problem", "hand", "part", "place", "case", "week", "company", "system", "program", "question", "work", "government", "number", "night", "point", "home", "water", "room", "mother", "area", "money", "story", "fact", "month", "lot", "right", "study", "book", "eye", "job", "word", "business", "issue", "side", "kind", "head", "house", "service", "friend", "father", "power", "hour", "game", "line", "end", "member", "law", "car", "city", "community", "name", "president", "team", "minute", "idea", "kid", "body", "information", "back", "parent", "face", "others", "level", "office", "door", "health", "person", "art", "war", "history", "party", "result", "change", "morning", "reason", "research", "girl", "guy", "moment", "air", "teacher", "force", "education", "river", "light", "music", "market", "paper", "garden", "window", "table", "stone", "bridge", "signal", "summer", "winter", "letter", "picture", "village", "engine", "answer"])
+
+
+@dataclass
+class ProbeConfig:
+    """What to send. See ``tracetool probe --help`` for each option."""
+
+    url: str
+    n: int = 16
+    concurrency: int = 4
+    rate: float | None = None
+    prompt_tokens: int = 64
+    prompt_file: Path | None = None
+    max_tokens: int = 32
+    chat: bool | None = None
+    model: str | None = None
+    api_key: str | None = None
+    timeout_s: float = 120.0
+    seed: int = 0
+    ignore_eos: bool = False
+    include_usage: bool = True
+    out: Path | None = None
+    progress: bool = True
+
+
+@dataclass
+class RequestResult:
+    """One request as the client saw it (client-clock nanoseconds)."""
+
+    index: int
+    request_id: str
+    prompt_chars: int
+    start_ns: int = 0
+    end_ns: int = 0
+    last_chunk_ns: int = 0
+    token_ns: list[int] = field(default_factory=list)
+    output_tokens: int | None = None
+    prompt_tokens: int | None = None
+    http_status: int | None = None
+    error: str | None = None
+    connect: tuple[int, int] | None = None
+    tls: tuple[int, int] | None = None
+    server_timing: dict[str, float] | None = None
+    finish_reason: str | None = None
+    done: bool = False
+    reached: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def fail(self, message: str) -> None:
+        if self.error is None:
+            self.error = message[:500]
+
+
+@dataclass
+class ProbeResult:
+    config: ProbeConfig
+    base_url: str
+    model: str
+    chat: bool
+    results: list[RequestResult]
+    wall_s: float
+    out: Path | None
+
+
+def normalize_url(url: str, chat: bool | None) -> tuple[str, bool]:
+    """(base URL ending in the API root, chat?) from what a user typed."""
+    u = url.strip().rstrip("/")
+    if "://" not in u:
+        u = "http://" + u
+    for suffix, is_chat in (("/chat/completions", True), ("/completions", False)):
+        if u.endswith(suffix):
+            u = u[: -len(suffix)]
+            if chat is None:
+                chat = is_chat
+            break
+    scheme, _, rest = u.partition("://")
+    if scheme not in ("http", "https") or not rest:
+        raise UsageError(f"not an http(s) URL: {url!r}")
+    if "/" not in rest:
+        u += "/v1"
+    return u, True if chat is None else chat
+
+
+def make_prompts(cfg: ProbeConfig) -> list[str]:
+    """``n`` prompts: lines of ``--prompt-file`` (cycled), else seeded random common words."""
+    if cfg.prompt_file is not None:
+        try:
+            lines = [ln.strip() for ln in Path(cfg.prompt_file).read_text(encoding="utf-8").splitlines()]
+        except (OSError, UnicodeDecodeError) as e:
+            raise BadInput(f"{cfg.prompt_file}: cannot read prompts ({e})") from e
+        lines = [ln for ln in lines if ln]
+        if not lines:
+            raise BadInput(f"{cfg.prompt_file}: no prompts (one per line)")
+        return [lines[i % len(lines)] for i in range(cfg.n)]
+    rng = random.Random(cfg.seed)
+    # about one token per common word (with its leading space) in BPE tokenizers
+    return [" ".join(rng.choice(WORDS) for _ in range(max(1, cfg.prompt_tokens))) for _ in range(cfg.n)]
+
+
+class Prober:
+    """Runs one probe: schedules requests, streams them, records them."""
+
+    def __init__(self, cfg: ProbeConfig) -> None:
+        self.cfg = cfg
+        self.base, self.chat = normalize_url(cfg.url, cfg.chat)
+        self.results: list[RequestResult] = []
+        self.in_flight = 0
+        self.finished = 0
+        self.failed = 0
+        self.recorder: Any = None
+        self._t0 = time.monotonic()
+
+    # -- the run ------------------------------------------------------------------------
+    async def run(self) -> ProbeResult:
+        import httpx
+
+        cfg = self.cfg
+        prompts = make_prompts(cfg)
+        limits = httpx.Limits(max_connections=cfg.concurrency, max_keepalive_connections=cfg.concurrency)
+        timeout = httpx.Timeout(cfg.timeout_s, connect=min(cfg.timeout_s, 10.0))
+        headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+        async with httpx.AsyncClient(limits=limits, timeout=timeout, headers=headers,
+                                     trust_env=False) as client:
+            model = cfg.model or await self._first_model(client)
+            self._open_trace(model)
+            self._t0 = time.monotonic()
+            sem = asyncio.Semaphore(cfg.concurrency)
+            rng = random.Random(cfg.seed + 1)
+            progress = asyncio.ensure_future(self._progress()) if cfg.progress else None
+            tasks = []
+            next_at = time.monotonic()
+            try:
+                for i, prompt in enumerate(prompts):
+                    if cfg.rate:
+                        next_at += rng.expovariate(cfg.rate)  # Poisson arrivals
+                        delay = next_at - time.monotonic()
+                        if delay > 0:
+                            await asyncio.sleep(delay)
+                    tasks.append(asyncio.ensure_future(self._guarded(client, sem, i, prompt, model)))
+                await asyncio.gather(*tasks)
+            finally:
+                for t in tasks:
+                    t.cancel()
+                if progress is not None:
+                    progress.cancel()
+                    self._print_progress(final=True)
+                self._close_trace()
+        wall = time.monotonic() - self._t0
+        self.results.sort(key=lambda r: r.index)
+        return ProbeResult(cfg, self.base, model, self.chat, self.results, wall, cfg.out)
+
+    async def _first_model(self, client: Any) -> str:
+        import httpx
+
+        url = f"{self.base}/models"
+        try:
+            resp = await client.get(url)
+        except httpx.HTTPError as e:
+            raise BadInput(f"cannot reach {url}: {_one_line(e)}") from e
+        if resp.status_code >= 400:
+            raise BadInput(f"{url} answered HTTP {resp.status_code}; pass --model NAME")
+        try:
+            data = resp.json()["data"]
+            return str(data[0]["id"])
+        except (ValueError, KeyError, IndexError, TypeError) as e:
+            raise BadInput(f"{url} did not list a model; pass --model NAME") from e
+
+    async def _guarded(self, client: Any, sem: asyncio.Semaphore, i: int, prompt: str, model: str) -> None:
+        async with sem:
+            self.in_flight += 1
+            r = RequestResult(i, uuid.uuid4().hex, len(prompt))
+            try:
+                await self._request(client, r, prompt, model)
+            finally:
+                self.in_flight -= 1
+                self.finished += 1
+                self.failed += 0 if r.ok else 1
+                self.results.append(r)
+                self._record(r)
+
+    # -- one request ---------------------------------------------------------------------
+    def _body(self, prompt: str, model: str) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": model, "max_tokens": self.cfg.max_tokens, "stream": True}
+        if self.chat:
+            body["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            body["prompt"] = prompt
+        if self.cfg.include_usage:
+            body["stream_options"] = {"include_usage": True}
+        if self.cfg.ignore_eos:
+            body["ignore_eos"] = True
+        return body
+
+    async def _request(self, client: Any, r: RequestResult, prompt: str, model: str) -> None:
+        import httpx
+
+        url = f"{self.base}/chat/completions" if self.chat else f"{self.base}/completions"
+        headers = {"X-Request-ID": r.request_id, "traceparent": f"00-{r.request_id}-{uuid.uuid4().hex[:16]}-01",
+                   "Accept": "text/event-stream"}
+        marks: dict[str, int] = {}
+
+        async def trace(name: str, info: dict[str, Any]) -> None:
+            t = client_now()
+            if name in ("connection.connect_tcp.started", "connection.start_tls.started"):
+                marks[name] = t
+            elif name == "connection.connect_tcp.complete" and "connection.connect_tcp.started" in marks:
+                r.connect = (marks["connection.connect_tcp.started"], t)
+            elif name == "connection.start_tls.complete" and "connection.start_tls.started" in marks:
+                r.tls = (marks["connection.start_tls.started"], t)
+
+        r.start_ns = client_now()
+        try:
+            await asyncio.wait_for(self._stream(client, url, r, self._body(prompt, model), headers, trace),
+                                   self.cfg.timeout_s)
+        except asyncio.TimeoutError:
+            r.fail(f"timeout after {self.cfg.timeout_s:g} s")
+        except MalformedStream as e:
+            r.fail(f"malformed SSE: {e}")
+        except httpx.ConnectError as e:
+            r.fail(f"connect failed: {_one_line(e)}")
+        except (httpx.RemoteProtocolError, httpx.ReadError) as e:
+            where = "mid-stream" if r.http_status is not None else "before the response"
+            r.fail(f"connection closed {where}: {_one_line(e)}")
+        except httpx.TimeoutException as e:
+            r.fail(f"timeout: {type(e).__name__}")
+        except httpx.HTTPError as e:
+            r.fail(f"{type(e).__name__}: {_one_line(e)}")
+        if not r.end_ns:
+            r.end_ns = client_now()
+
+    async def _stream(self, client: Any, url: str, r: RequestResult, body: dict[str, Any],
+                      headers: dict[str, str], trace: Any) -> None:
+        async with client.stream("POST", url, json=body, headers=headers, extensions={"trace": trace}) as resp:
+            r.http_status = resp.status_code
+            r.reached = True
+            st = resp.headers.get("server-timing")
+            if st:
+                r.server_timing = parse_server_timing(st) or None
+            if resp.status_code >= 400:
+                raw = await resp.aread()
+                r.end_ns = client_now()
+                r.fail(f"HTTP {resp.status_code}: {_error_message(raw)}")
+                return
+            ctype = resp.headers.get("content-type", "")
+            if "text/event-stream" not in ctype:
+                await resp.aread()
+                r.end_ns = client_now()
+                r.fail(f"server did not stream (content-type {ctype or 'missing'!r})")
+                return
+            parser = SSEParser()
+            async for chunk in resp.aiter_bytes():
+                t = client_now()
+                for data in parser.feed(chunk):
+                    self._on_event(r, data, t)
+            for data in parser.close():
+                self._on_event(r, data, client_now())
+            r.end_ns = client_now()
+        if not r.done and r.finish_reason is None:
+            if parser.junk is not None:
+                raise MalformedStream(f"not an SSE line: {parser.junk!r}, and no [DONE]")
+            r.fail("stream ended before [DONE]")
+
+    def _on_event(self, r: RequestResult, data: str, t: int) -> None:
+        if data.strip() == "[DONE]":
+            r.done = True
+            return
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            raise MalformedStream(f"event is not JSON: {data[:80]!r}") from None
+        if not isinstance(obj, dict):
+            raise MalformedStream(f"event is not a JSON object: {data[:80]!r}")
+        if obj.get("error") is not None:
+            err = obj["error"]
+            msg = err.get("message") if isinstance(err, dict) else err
+            r.fail(f"server error in stream: {str(msg)[:200]}")
+            return
+        r.last_chunk_ns = t
+        choices = obj.get("choices")
+        if choices is not None:
+            if not isinstance(choices, list):
+                raise MalformedStream(f"'choices' is not a list: {data[:80]!r}")
+            if choices:
+                c0 = choices[0]
+                if not isinstance(c0, dict):
+                    raise MalformedStream(f"choice is not an object: {data[:80]!r}")
+                delta = c0.get("delta")
+                text = c0.get("text")
+                if isinstance(delta, dict):
+                    text = delta.get("content") or delta.get("reasoning_content") or text
+                if text:
+                    r.token_ns.append(t)
+                if c0.get("finish_reason"):
+                    r.finish_reason = str(c0["finish_reason"])
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            if isinstance(usage.get("completion_tokens"), int):
+                r.output_tokens = usage["completion_tokens"]
+            if isinstance(usage.get("prompt_tokens"), int):
+                r.prompt_tokens = usage["prompt_tokens"]
+        st = obj.get("server_timing")
+        if isinstance(st, dict):
+            parsed = {str(k): float(v) for k, v in st.items()
+                      if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            if parsed:
+                r.server_timing = parsed
+
+    # -- progress on stderr ----------------------------------------------------------------
+    async def _progress(self) -> None:
+        tty = sys.stderr.isatty()
+        every = 0.25 if tty else 2.0
+        while True:
+            await asyncio.sleep(every)
+            self._print_progress()
+
+    def _print_progress(self, final: bool = False) -> None:
+        tty = sys.stderr.isatty()
+        line = (f"probe: {self.finished}/{self.cfg.n} done, {self.failed} failed, "
+                f"{self.in_flight} in flight, {time.monotonic() - self._t0:.1f} s")
+        try:
+            if tty:
+                sys.stderr.write("\r\x1b[K" + line + ("\n" if final else ""))
+            else:
+                sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+
+    # -- the trace ---------------------------------------------------------------------------
+    def _open_trace(self, model: str) -> None:
+        if self.cfg.out is None:
+            return
+        from collectors.recorder import Recorder
+
+        c = self.cfg
+        meta = {
+            "producer": {"name": "tracetool probe"},
+            "clocks": {"client": "unix epoch nanoseconds of the probing host, advanced monotonically",
+                       "server": "estimated: the client clock; server spans are the server's reported "
+                                 "durations placed by the symmetric-delay assumption"},
+            "probe": {"url": self.base, "model": model, "endpoint": "chat" if self.chat else "completions",
+                      "n": c.n, "concurrency": c.concurrency, "rate": c.rate, "max_tokens": c.max_tokens,
+                      "prompt_tokens": None if c.prompt_file else c.prompt_tokens,
+                      "prompt_file": str(c.prompt_file) if c.prompt_file else None, "seed": c.seed},
+        }
+        self.recorder = Recorder(c.out, meta=meta, flush_interval_s=0.5).start()
+        self.recorder.writer.sink("requests")  # declared: every request gets a row
+
+    def _record(self, r: RequestResult) -> None:
+        if self.recorder is not None:
+            self.recorder.guard(write_request, self.recorder, r, where="probe trace")
+
+    def _close_trace(self) -> None:
+        if self.recorder is not None:
+            self.recorder.close()
+
+
+def write_request(rec: Any, r: RequestResult) -> None:
+    """The rows of one probed request (see the module docstring for what is measured vs placed)."""
+    rid = r.request_id
+    if r.start_ns:
+        rec.add_span("client.request", r.start_ns, max(r.end_ns, r.start_ns), request_id=rid, clock="client")
+    if r.connect:
+        rec.add_span("client.connect", *r.connect, request_id=rid, clock="client")
+    if r.tls:
+        rec.add_span("client.tls", *r.tls, request_id=rid, clock="client")
+    one_way = 0
+    st = r.server_timing or {}
+    server_ns = int(st["server"] * 1e6) if "server" in st else None
+    client_ns = r.end_ns - r.start_ns
+    if server_ns is not None and client_ns >= server_ns >= 0:
+        one_way = (client_ns - server_ns) // 2
+        _place_server_spans(rec, r, server_ns, one_way)
+    for i, t in enumerate(r.token_ns):
+        kv = r.prompt_tokens + i if r.prompt_tokens is not None else None
+        rec.token(i, kv, t - one_way, client_recv_ns=t, request_id=rid)
+    outputs = r.output_tokens if r.output_tokens is not None else (len(r.token_ns) if r.reached else None)
+    rec.request_info(rid, prompt_tokens=r.prompt_tokens, output_tokens=outputs,
+                     status="ok" if r.ok else "error", error=r.error, prompt_chars=r.prompt_chars)
+
+
+_BEFORE_FIRST_TOKEN = ("preprocess", "tokenize", "queue", "prefill")
+_AFTER_FIRST_TOKEN = ("decode", "detokenize", "postprocess")
+
+
+def _place_server_spans(rec: Any, r: RequestResult, server_ns: int, one_way: int) -> None:
+    """``server.request`` centred in ``client.request``; phases in serving order around the first
+    token (prefill ends, decode starts, when it was sent), kept inside ``server.request``."""
+    rid = r.request_id
+    st = r.server_timing or {}
+    s0 = r.start_ns + one_way
+    s1 = s0 + server_ns
+    rec.add_span("server.request", s0, s1, request_id=rid)
+    d = {n: max(0, int(st[n] * 1e6)) for n in _BEFORE_FIRST_TOKEN + _AFTER_FIRST_TOKEN if n in st}
+    before = [n for n in _BEFORE_FIRST_TOKEN if n in d]
+    after = [n for n in _AFTER_FIRST_TOKEN if n in d]
+    pre = sum(d[n] for n in before)
+    post = sum(d[n] for n in after)
+    anchor = r.token_ns[0] - one_way if r.token_ns else s0 + pre
+    anchor = max(s0 + pre, min(anchor, s1 - post))
+    t = anchor - pre
+    for n in before:
+        rec.add_span(n, t, t + d[n], request_id=rid)
+        t += d[n]
+    t = anchor
+    for n in after:
+        rec.add_span(n, t, t + d[n], request_id=rid)
+        t += d[n]
+
+
+def _error_message(raw: bytes) -> str:
+    try:
+        obj = json.loads(raw)
+        err = obj.get("error", obj) if isinstance(obj, dict) else obj
+        msg = err.get("message") if isinstance(err, dict) else err
+        return str(msg)[:200] if msg else raw[:200].decode("utf-8", "replace")
+    except ValueError:
+        return " ".join(raw[:200].decode("utf-8", "replace").split()) or "(empty body)"
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def run_probe(cfg: ProbeConfig) -> ProbeResult:
+    """Run a probe to completion (blocking). Raises BadInput when the server cannot be reached."""
+    if cfg.n < 1 or cfg.concurrency < 1 or cfg.max_tokens < 1 or cfg.prompt_tokens < 1:
+        raise UsageError("-n, --concurrency, --max-tokens and --prompt-tokens must be >= 1")
+    if cfg.rate is not None and cfg.rate <= 0:
+        raise UsageError("--rate must be > 0 requests/s")
+    prober = Prober(cfg)
+    result = asyncio.run(prober.run())
+    if not any(r.reached for r in result.results):
+        first = next((r.error for r in result.results if r.error), "no response")
+        raise BadInput(f"nothing could be reached at {result.base_url}: {first}")
+    return result

@@ -1,0 +1,192 @@
+"""Running ``tracetool serve``: load the model, start the recorder and engine, serve with uvicorn.
+
+The readiness line ``tracetool: serving http://HOST:PORT/v1 ...`` goes to stderr
+once uvicorn accepts connections (``--port 0`` picks a free port; the line
+says which). SIGINT or SIGTERM stop accepting, let running requests finish
+for up to ``graceful_s`` seconds, end the rest, and close the trace, which
+then reads ``"closed": true``; the exit code is 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tracetool.errors import BadInput, UsageError
+from tracetool.serving.openai_api import Limits
+
+
+@dataclass
+class ServeConfig:
+    """Options of ``tracetool serve`` (see its ``--help``)."""
+
+    out: Path
+    model_path: Path | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    served_name: str | None = None
+    max_batch: int = 8
+    max_waiting: int = 256
+    limits: Limits = field(default_factory=Limits)
+    device: str = "cpu"
+    seed: int = 0
+    graceful_s: float = 5.0
+    switch_interval_s: float = 0.0005
+    force: bool = False
+    #: ``--<name>[=HZ]`` samplers of :data:`collectors.record.SAMPLERS` (NVML, py-spy), name -> Hz.
+    samplers: Mapping[str, float] = field(default_factory=dict)
+
+
+def check_out(out: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise UsageError(f"{out}: exists and is not empty (use --force to replace the trace in it)")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port (port 0: a free one)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+        family, _, proto, _, addr = infos[0]
+        # proto must say TCP: asyncio turns Nagle off only on sockets that do, and with Nagle
+        # on, a response written in pieces waits ~40 ms for the client's delayed ACK
+        sock = socket.socket(family, socket.SOCK_STREAM, proto or socket.IPPROTO_TCP)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(2048)
+        sock.set_inheritable(True)
+    except OSError as e:
+        raise UsageError(f"cannot listen on {host}:{port} ({e.strerror or e}); pick another --port "
+                         "(0 picks a free one)") from e
+    return sock
+
+
+def load(cfg: ServeConfig) -> tuple[Any, Any, str]:
+    """(model, tokenizer, served name): ``--model PATH`` or the demo model."""
+    from collectors.demo import DEMO_NAME, load_demo_model, load_model
+
+    if cfg.model_path is not None:
+        if not Path(cfg.model_path).is_dir():
+            raise BadInput(f"{cfg.model_path}: not a local model directory (tracetool serve never downloads; "
+                           "give a Hugging Face model directory holding config.json)")
+        model, tok = load_model(cfg.model_path, device=cfg.device)
+        return model, tok, cfg.served_name or Path(cfg.model_path).resolve().name
+    model, tok = load_demo_model(seed=cfg.seed, device=cfg.device)
+    return model, tok, cfg.served_name or DEMO_NAME
+
+
+def _start_samplers(rec: Any, samplers: Mapping[str, float]) -> list[Callable[[], None]]:
+    # The place where --nvml[=HZ] / --pyspy[=HZ] plug in: every sampler registered in
+    # collectors.record.SAMPLERS gets a flag on `tracetool serve` and runs here, in-process,
+    # writing into the server's own trace.
+    from collectors.record import SAMPLERS
+
+    stops = []
+    for name, hz in samplers.items():
+        spec = SAMPLERS[name]
+        module, _, attr = spec.target.partition(":")
+        try:
+            stops.append(getattr(importlib.import_module(module), attr)(rec, float(hz), os.getpid()))
+        except Exception as e:
+            rec.note(f"{name}: sampler did not start ({type(e).__name__}: {e})")
+            print(f"tracetool: {name}: sampler did not start ({e})", file=sys.stderr)
+    return stops
+
+
+def _uvicorn_server(app: Any, cfg: ServeConfig, url: str, on_ready: Callable[[str], None]) -> Any:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, minus re-raising the stop signal after shutdown (we exit 0 ourselves)."""
+
+        stop_signal: int | None = None
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Generator[None, None, None]:
+            import threading
+
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+
+            def handler(sig: int, frame: Any) -> None:
+                self.stop_signal = self.stop_signal or sig
+                self.handle_exit(sig, frame)
+
+            old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for s, h in old.items():
+                    signal.signal(s, h)
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:
+                on_ready(url)
+
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                            timeout_graceful_shutdown=max(1, round(cfg.graceful_s)), timeout_keep_alive=30)
+    return Server(config)
+
+
+def run_server(cfg: ServeConfig, on_ready: Callable[[str], None] | None = None) -> int:
+    """Serve until SIGINT/SIGTERM; returns the exit code. The trace is closed on the way out."""
+    from collectors.demo import hardware_meta, model_meta
+    from collectors.recorder import Recorder
+    from tracetool.serving.engine import Engine
+    from tracetool.serving.server import ServerState, build_app
+
+    out = Path(cfg.out)
+    check_out(out, cfg.force)
+    # The engine thread holds the GIL between torch ops; the default 5 ms switch interval
+    # would let it delay the event loop (request arrival, each SSE write) by that much,
+    # time the middleware cannot see and the client would count as network.
+    sys.setswitchinterval(cfg.switch_interval_s)
+    sock = bind(cfg.host, cfg.port)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}/v1"
+    model, tok, served = load(cfg)
+    meta = {"model": model_meta(model), "hardware": hardware_meta(cfg.device),
+            "producer": {"name": "tracetool serve"},
+            "serve": {"url": url, "served_model": served, "max_batch": cfg.max_batch}}
+    rec = Recorder(out, meta=meta, flush_interval_s=0.5).start()
+    rec.writer.sink("requests")
+    rec.writer.sink("steps")
+    engine = Engine(model, tok, rec, max_batch=cfg.max_batch, max_waiting=cfg.max_waiting)
+    engine.warm_up()
+    engine.start()
+    stops = _start_samplers(rec, cfg.samplers)
+    context = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
+    state = ServerState(engine, rec, served, context, cfg.limits)
+
+    def ready(u: str) -> None:
+        print(f"tracetool: serving {u} (model {served}; trace {out}); Ctrl-C stops and closes the trace",
+              file=sys.stderr, flush=True)
+        if on_ready is not None:
+            on_ready(u)
+
+    server = _uvicorn_server(build_app(state), cfg, url, ready)
+    try:
+        asyncio.run(server.serve(sockets=[sock]))
+    finally:
+        engine.close()
+        for stop in stops:
+            rec.guard(stop, where="sampler stop")
+        rec.close()
+        sock.close()
+        done = engine.tokens_generated
+        print(f"tracetool: server stopped; trace {out} closed ({done} tokens generated)", file=sys.stderr,
+              flush=True)
+    return 0
