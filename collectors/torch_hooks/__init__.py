@@ -113,10 +113,6 @@ class HookHandle:
         """The most recent step of this module (any thread)."""
         return None if self._last is None else Step(self._last)
 
-    @property
-    def steps_recorded(self) -> int:
-        return int(self._sink.rows_written + self._sink.pending())
-
     def new_sequence(self) -> None:
         """Say that the next call starts a new sequence (resets the last-resort kv counter)."""
         self._fresh = True

@@ -105,6 +105,7 @@ def test_signals_sent_to_tracetool_reach_the_program(tmp_path: Path, sig: int, c
     try:
         assert p.stdout is not None and p.stdout.readline().strip() == "ready"
         p.send_signal(sig)
+        p.wait(timeout=60)  # stdin stays open: the program can only end by the signal
         _, err = p.communicate(timeout=60)
     finally:
         p.kill()
