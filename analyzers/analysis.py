@@ -1,0 +1,252 @@
+"""``analyze()``: run the SQL modules over one or more traces and collect the results.
+
+The :class:`Analysis` it returns is what the CLI, the TUI and the CI report
+read: the ``--json`` contract (:meth:`Analysis.to_json`, docs/analysis-json.md)
+and the analyzers' tables as Arrow (:meth:`Analysis.table`). With several
+traces the top level is all of them together and :attr:`Analysis.traces` holds
+one :class:`Analysis` per trace (for a single trace, the analysis itself).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from analyzers.connection import TraceArg, connect, labels_for, load_traces
+from analyzers.params import (
+    COMPONENTS,
+    ClaimSpec,
+    RooflineInputs,
+    Thresholds,
+    parse_claim,
+    roofline_inputs,
+)
+from tracetool.errors import BadInput
+from tracetool.reader import Trace
+
+FORMAT = "tracetool-analysis"
+VERSION = 1
+
+#: Summary tables copied out of DuckDB into every Analysis (small: at most one row per request).
+TABLES = ("attribution_requests", "attribution_components", "latency_percentiles", "decode_fit",
+          "decode_throughput", "roofline_summary", "host_overhead", "steps_batch", "steps_prefill",
+          "gpu_decode", "stacks_categories", "summary_numbers", "findings", "claims")
+
+
+@dataclass
+class Analysis:
+    """The result of :func:`analyze` over one trace or several together.
+
+    Attributes:
+        label: the trace's label, or ``"all"`` for a combined analysis of several traces.
+        paths: the trace directories analysed.
+        tables: the analyzers' summary tables (names in :data:`TABLES`) as Arrow.
+        roofline_inputs: per trace, the model and hardware numbers the roofline used.
+        thresholds: the thresholds verdicts and findings used.
+        traces: per-trace analyses (just ``[self]`` for one trace).
+        warnings: reader warnings (cut streams, unclosed recordings).
+        con: the DuckDB connection holding every analyzer object (see analyzers.connect);
+            use ``con.cursor()`` from other threads.
+    """
+
+    label: str
+    paths: list[str]
+    tables: dict[str, pa.Table]
+    roofline_inputs: list[RooflineInputs]
+    thresholds: Thresholds
+    con: duckdb.DuckDBPyConnection
+    traces: list[Analysis] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def table(self, name: str) -> pa.Table:
+        """One of the summary tables (see :data:`TABLES`)."""
+        return self.tables[name]
+
+    def rows(self, name: str) -> list[dict[str, Any]]:
+        return self.tables[name].to_pylist()
+
+    def one(self, name: str) -> dict[str, Any]:
+        rows = self.rows(name)
+        return rows[0] if rows else {}
+
+    @property
+    def requests(self) -> pa.Table:
+        """Per-request attribution (``attribution_requests``)."""
+        return self.tables["attribution_requests"]
+
+    def token_gaps(self, request_id: str | None = None, trace: str | None = None) -> pa.Table:
+        """Per-token ITL rows (``tokens_gaps``), for one request or all (large on big traces)."""
+        sql = "SELECT * FROM tokens_gaps"
+        where, params = [], []
+        if trace is not None:
+            where.append("trace = ?")
+            params.append(trace)
+        if request_id is not None:
+            where.append("request_id = ?")
+            params.append(request_id)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        return self.con.cursor().sql(sql + " ORDER BY trace, request_id, index", params=params).to_arrow_table()
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` document of ``tracetool analyze`` (docs/analysis-json.md)."""
+        doc = {"format": FORMAT, "version": VERSION, **self._body()}
+        doc["traces"] = [{"trace": t.label, "path": t.paths[0], **t._body()} for t in self.traces]
+        return doc
+
+    # -- building the JSON body ---------------------------------------------------------
+    def _body(self) -> dict[str, Any]:
+        s = self.one("summary_numbers")
+        lat = {r["metric"]: r for r in self.rows("latency_percentiles")}
+        comps = {r["component"]: r for r in self.rows("attribution_components")}
+        tp = self.one("decode_throughput")
+        fit = next((r for r in self.rows("decode_fit") if r["level"] == "all"), None)
+        roof = self.one("roofline_summary")
+        host = self.one("host_overhead")
+        body: dict[str, Any] = {
+            "requests": s.get("requests", 0),
+            "failed_requests": s.get("failed_requests", 0),
+            "e2e_ms": _pcts(lat.get("e2e")),
+            "ttft_ms": _pcts(lat.get("ttft")),
+            "itl_ms": _pcts(lat.get("itl")),
+            "tpot_ms": _pcts(lat.get("tpot")),
+            "components": {c: {"ms": _num(comps[c]["ms"]), "share": _num(comps[c]["share"]),
+                               "measured": bool(comps[c]["measured"]), "requests": comps[c]["requests"]}
+                           for c in COMPONENTS if c in comps},
+            "bottleneck": s.get("bottleneck"),
+            "decode": {
+                "per_request_tok_s": _num(tp.get("per_request_tok_s")),
+                "aggregate_tok_s": _num(tp.get("aggregate_tok_s")),
+                "output_tokens": tp.get("output_tokens"),
+                "decode_s_mean": _num(tp.get("decode_s_mean")),
+                "mean_concurrency": _num(tp.get("mean_concurrency")),
+                "wall_s": _num(tp.get("wall_s")),
+                "fit": _fit(fit),
+                "roofline": _roofline(roof),
+                "roofline_note": roof.get("note"),
+            },
+            "host": None if not host.get("tokens") and not host.get("steps") else {
+                "tokens": host.get("tokens"), "itl_mean_ms": _num(host.get("itl_mean_ms")),
+                "step_mean_ms": _num(host.get("step_mean_ms")), "host_mean_ms": _num(host.get("host_mean_ms")),
+                "host_share": _num(host.get("host_share")), "steps": host.get("steps"),
+                "step_gap_mean_ms": _num(host.get("step_gap_mean_ms"))},
+            "steps": _clean(self.one("steps_prefill")) if self.one("steps_prefill").get("steps") else None,
+            "gpu": [_clean(r) for r in self.rows("gpu_decode")] or None,
+            "cpu": [_clean(r) for r in self.rows("stacks_categories")] or None,
+            "findings": [{"id": r["id"], "severity": r["severity"], "title": r["title"], "detail": r["detail"]}
+                         for r in self.rows("findings")],
+            "claims": [{"claim": r["claim"], "component": r["component"], "verdict": r["verdict"],
+                        "share": _num(r["share"]), "detail": r["detail"]} for r in self.rows("claims")],
+            "thresholds": self.thresholds.as_dict(),
+            "warnings": list(self.warnings),
+        }
+        return body
+
+
+def analyze(traces: TraceArg | Iterable[TraceArg], *, model: str | None = None, gpu: str | None = None,
+            gpus: int | None = None, weight_dtype: str | None = None, kv_dtype: str | None = None,
+            claims: Sequence[str | ClaimSpec] = (), thresholds: Thresholds | None = None) -> Analysis:
+    """Analyse one trace, several, or a directory of traces.
+
+    Args:
+        traces: trace directories (or a directory of traces), or opened :class:`Trace` objects.
+        model, gpu: presets (``llama-3.1-8b``, ``h100-sxm``, or a config.json path) for the
+            roofline; they override meta.json's ``model``/``hardware`` blocks.
+        gpus: GPUs the model is sharded over (tensor parallel), overriding meta.json.
+        weight_dtype, kv_dtype: dtypes for the preset's bytes (``bf16``, ``fp8``...).
+        claims: stories to judge (component names, aliases such as ``network-rtt``, or phrases).
+        thresholds: verdict and finding thresholds (default :class:`Thresholds`).
+
+    Raises:
+        BadInput: a trace is unreadable, has neither spans nor tokens, or has no requests.
+        UsageError: an unknown preset, dtype or claim.
+    """
+    opened = load_traces(traces)
+    specs = [c if isinstance(c, ClaimSpec) else parse_claim(c) for c in claims]
+    th = thresholds or Thresholds()
+    roof = [roofline_inputs(t.meta, model=model, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype,
+                            kv_dtype=kv_dtype) for t in opened]
+    labels = labels_for(opened)
+    for t in opened:
+        _check_usable(t)
+    combined = _run(opened, labels, roof, th, specs, "all" if len(opened) > 1 else labels[0])
+    if len(opened) == 1:
+        combined.traces = [combined]
+    else:
+        combined.traces = [_run([t], [lab], [r], th, specs, lab)
+                           for t, lab, r in zip(opened, labels, roof, strict=True)]
+    return combined
+
+
+def _run(traces: list[Trace], labels: list[str], roof: list[RooflineInputs], th: Thresholds,
+         specs: list[ClaimSpec], label: str) -> Analysis:
+    try:
+        con = connect(traces, roofline=roof, thresholds=th, claims=specs, labels=labels)
+    except duckdb.Error as e:  # a trace whose values break an analyzer: say which, no traceback
+        raise BadInput(f"{', '.join(str(t.path) for t in traces)}: cannot analyse ({_line(e)})") from e
+    n = con.sql("SELECT count(*) FROM attribution_requests").fetchall()[0][0]
+    if n == 0:
+        raise BadInput(f"{', '.join(str(t.path) for t in traces)}: no requests to analyse "
+                       "(no span or token carries a request_id)")
+    tables = {name: con.sql(f"SELECT * FROM {name}").to_arrow_table() for name in TABLES}
+    warnings = [w for t in traces for w in t.warnings]
+    return Analysis(label=label, paths=[str(t.path) for t in traces], tables=tables, roofline_inputs=roof,
+                    thresholds=th, con=con, warnings=warnings)
+
+
+def _check_usable(t: Trace) -> None:
+    if not t.has("spans") and not t.has("tokens"):
+        recorded = ", ".join(sorted(t.tables)) or "none"
+        raise BadInput(f"{t.path}: nothing to analyse: the trace has neither a spans nor a tokens table "
+                       f"(tables: {recorded})")
+    if t.rows("spans") == 0 and t.rows("tokens") == 0:
+        raise BadInput(f"{t.path}: no requests to analyse: spans and tokens are empty")
+
+
+def _num(x: Any) -> float | None:
+    if x is None:
+        return None
+    f = float(x)
+    return None if math.isnan(f) or math.isinf(f) else f
+
+
+def _pcts(row: dict[str, Any] | None) -> dict[str, Any]:
+    row = row or {}
+    return {"n": row.get("n", 0), "mean": _num(row.get("mean_ms")), "p50": _num(row.get("p50_ms")),
+            "p90": _num(row.get("p90_ms")), "p95": _num(row.get("p95_ms")), "p99": _num(row.get("p99_ms")),
+            "clock": row.get("clock")}
+
+
+def _fit(row: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not row or row.get("per_1k_kv_ms") is None:
+        return None
+    return {"base_ms": _num(row["base_ms"]), "per_1k_kv_ms": _num(row["per_1k_kv_ms"]), "r2": _num(row["r2"]),
+            "n": row["n"], "basis": row["basis"], "kv_len_min": row["kv_len_min"], "kv_len_max": row["kv_len_max"]}
+
+
+def _roofline(row: dict[str, Any]) -> dict[str, Any] | None:
+    if not row.get("available"):
+        return None
+    keys = ("ideal_step_ms", "bandwidth_efficiency", "measured_step_ms", "ideal_base_ms", "ideal_per_1k_kv_ms",
+            "compute_step_ms", "compute_to_memory", "kv_len_mean", "batch_mean", "weight_bytes",
+            "kv_bytes_per_token", "mem_bw_bytes_per_s", "peak_flops", "achieved_bw_bytes_per_s")
+    out: dict[str, Any] = {k: _num(row.get(k)) for k in keys}
+    out.update({"basis": row.get("basis"), "tokens": row.get("tokens"), "model": row.get("model"),
+                "gpu": row.get("gpu"), "gpu_count": row.get("gpu_count"), "source": row.get("source")})
+    return out
+
+
+def _clean(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: (_num(v) if isinstance(v, float) else v) for k, v in row.items()}
+
+
+def _line(e: BaseException) -> str:
+    return " ".join(str(e).split())[:300]
+
+
+__all__ = ["FORMAT", "TABLES", "VERSION", "Analysis", "analyze", "labels_for"]

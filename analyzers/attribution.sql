@@ -1,0 +1,210 @@
+-- Module attribution: where each request's time went, by the attribution rule
+-- of docs/trace-format.md, and the shares of e2e per component.
+--
+-- Per request: e2e = client.request if present, else server.request, else (an
+-- extension for in-process traces without request spans, e.g. Hugging Face
+-- generate) the extent of the request's server-clock spans and tokens.
+-- network = client.request - server.request when both exist, else not measured.
+-- Each phase = the sum of its spans' durations; a phase without spans is not
+-- measured for that request (null), which differs from a measured zero.
+-- other = server.request - sum of phases, not below 0; null without server.request.
+-- TTFT is client-side (token 0's client_recv_ns - client.request start) where the
+-- client recorded it, else server-side (token 0's emit_ns - server.request start,
+-- or the earliest server span). TPOT = (e2e - TTFT) / (output_tokens - 1), both on
+-- the TTFT's side. Failed requests (requests.status = 'error') are kept here but
+-- left out of every aggregate.
+
+-- @view attribution_spans
+-- Span durations per request and name group: the raw material of the rule.
+-- @column trace: Trace label.
+-- @column request_id: Request id.
+-- @column client_ns: Sum of client.request durations, nanoseconds (client clock).
+-- @column client_start_ns: Earliest client.request start, nanoseconds (client clock).
+-- @column server_ns: Sum of server.request durations, nanoseconds.
+-- @column server_start_ns: Earliest server.request start, nanoseconds (server clock).
+-- @column queue_ns: Sum of queue span durations, nanoseconds.
+-- @column tokenize_ns: Sum of tokenize span durations, nanoseconds.
+-- @column preprocess_ns: Sum of preprocess span durations, nanoseconds.
+-- @column prefill_ns: Sum of prefill span durations, nanoseconds.
+-- @column decode_ns: Sum of decode span durations, nanoseconds.
+-- @column detokenize_ns: Sum of detokenize span durations, nanoseconds.
+-- @column postprocess_ns: Sum of postprocess span durations, nanoseconds.
+-- @column first_server_ns: Earliest start of any server-clock span, nanoseconds.
+-- @column last_server_ns: Latest end of any server-clock span, nanoseconds.
+-- @column other_spans: Spans with names outside the standard ones (count); their time falls in other.
+CREATE OR REPLACE VIEW attribution_spans AS
+SELECT
+    trace,
+    request_id,
+    sum(end_ns - start_ns) FILTER (WHERE name = 'client.request')::BIGINT AS client_ns,
+    min(start_ns) FILTER (WHERE name = 'client.request') AS client_start_ns,
+    sum(end_ns - start_ns) FILTER (WHERE name = 'server.request')::BIGINT AS server_ns,
+    min(start_ns) FILTER (WHERE name = 'server.request') AS server_start_ns,
+    sum(end_ns - start_ns) FILTER (WHERE name = 'queue')::BIGINT AS queue_ns,
+    sum(end_ns - start_ns) FILTER (WHERE name = 'tokenize')::BIGINT AS tokenize_ns,
+    sum(end_ns - start_ns) FILTER (WHERE name = 'preprocess')::BIGINT AS preprocess_ns,
+    sum(end_ns - start_ns) FILTER (WHERE name = 'prefill')::BIGINT AS prefill_ns,
+    sum(end_ns - start_ns) FILTER (WHERE name = 'decode')::BIGINT AS decode_ns,
+    sum(end_ns - start_ns) FILTER (WHERE name = 'detokenize')::BIGINT AS detokenize_ns,
+    sum(end_ns - start_ns) FILTER (WHERE name = 'postprocess')::BIGINT AS postprocess_ns,
+    min(start_ns) FILTER (WHERE clock = 'server') AS first_server_ns,
+    max(end_ns) FILTER (WHERE clock = 'server') AS last_server_ns,
+    count(*) FILTER (WHERE name NOT IN ('client.request', 'server.request', 'queue', 'tokenize',
+        'preprocess', 'prefill', 'decode', 'detokenize', 'postprocess')) AS other_spans
+FROM spans
+WHERE request_id <> ''
+GROUP BY trace, request_id;
+
+-- @table attribution_requests
+-- One row per request seen in spans, tokens or requests: e2e, the nine
+-- components (null = not measured), TTFT, TPOT and token counts.
+-- @column trace: Trace label.
+-- @column request_id: Request id.
+-- @column ok: False when the request failed (requests.status = 'error'); failed requests are left out of aggregates.
+-- @column e2e_ms: End-to-end latency, milliseconds (null when no span gives one).
+-- @column e2e_source: Where e2e comes from: 'client' (client.request), 'server' (server.request) or 'extent' (first to last server-clock event).
+-- @column network_ms: client.request minus server.request, milliseconds; null when not both exist.
+-- @column queue_ms: Time in queue spans, milliseconds; null when the request has none.
+-- @column tokenize_ms: Time in tokenize spans, milliseconds; null when none.
+-- @column preprocess_ms: Time in preprocess spans, milliseconds; null when none.
+-- @column prefill_ms: Time in prefill spans, milliseconds; null when none.
+-- @column decode_ms: Time in decode spans, milliseconds; null when none.
+-- @column detokenize_ms: Time in detokenize spans, milliseconds; null when none.
+-- @column postprocess_ms: Time in postprocess spans, milliseconds; null when none.
+-- @column other_ms: server.request minus the phases, not below 0, milliseconds; null without server.request.
+-- @column server_ms: Duration of server.request, milliseconds; null when absent.
+-- @column ttft_ms: Time to first token, milliseconds (null without token index 0 or a start).
+-- @column ttft_source: 'client' or 'server': the clock TTFT (and TPOT) was measured on.
+-- @column tpot_ms: Time per output token after the first, milliseconds: (e2e - TTFT) / (output_tokens - 1).
+-- @column itl_mean_ms: Mean inter-token latency of the request, milliseconds (client-side when every token has client_recv_ns).
+-- @column output_tokens: Tokens generated (token rows, else requests.output_tokens).
+-- @column prompt_tokens: Prompt length, tokens (requests.prompt_tokens; null when not recorded).
+-- @column decode_tok_s: Per-request decode rate, tokens per second: 1000 / tpot_ms.
+-- @column start_ns: Server clock, nanoseconds: when the request started on the server (for timelines).
+-- @column end_ns: Server clock, nanoseconds: when the request ended on the server.
+-- @column bottleneck: The component with the most time in this request.
+CREATE OR REPLACE TEMP TABLE attribution_requests AS
+WITH ids AS (
+    SELECT trace, request_id FROM attribution_spans
+    UNION SELECT trace, request_id FROM tokens_requests
+    UNION SELECT trace, request_id FROM requests WHERE request_id <> ''
+),
+info AS (
+    SELECT trace, request_id,
+           bool_or(status = 'error') AS failed,
+           max(prompt_tokens) AS prompt_tokens,
+           max(output_tokens) AS output_tokens
+    FROM requests GROUP BY trace, request_id
+),
+j AS (
+    SELECT
+        ids.trace, ids.request_id, s.* EXCLUDE (trace, request_id), t.* EXCLUDE (trace, request_id), i.failed, i.prompt_tokens AS info_prompt,
+        i.output_tokens AS info_output,
+        least(s.first_server_ns, t.min_emit_ns) AS start_ns,
+        greatest(s.last_server_ns, t.max_emit_ns) AS end_ns,
+        (s.queue_ns IS NOT NULL OR s.tokenize_ns IS NOT NULL OR s.preprocess_ns IS NOT NULL
+         OR s.prefill_ns IS NOT NULL OR s.decode_ns IS NOT NULL OR s.detokenize_ns IS NOT NULL
+         OR s.postprocess_ns IS NOT NULL) AS _any_phase
+    FROM ids
+    LEFT JOIN attribution_spans AS s USING (trace, request_id)
+    LEFT JOIN tokens_requests AS t USING (trace, request_id)
+    LEFT JOIN info AS i USING (trace, request_id)
+),
+r AS (
+    SELECT
+        *,
+        CASE WHEN client_ns IS NOT NULL THEN client_ns
+             WHEN server_ns IS NOT NULL THEN server_ns
+             WHEN first_server_ns IS NOT NULL THEN end_ns - start_ns END AS _e2e_ns,
+        CASE WHEN client_ns IS NOT NULL THEN 'client'
+             WHEN server_ns IS NOT NULL THEN 'server'
+             WHEN first_server_ns IS NOT NULL THEN 'extent' END AS e2e_source,
+        CASE WHEN client_ns IS NOT NULL AND first_recv_ns IS NOT NULL THEN first_recv_ns - client_start_ns
+             ELSE first_emit_ns - coalesce(server_start_ns, first_server_ns) END AS _ttft_ns,
+        CASE WHEN client_ns IS NOT NULL AND first_recv_ns IS NOT NULL THEN 'client'
+             WHEN first_emit_ns IS NOT NULL AND coalesce(server_start_ns, first_server_ns) IS NOT NULL
+             THEN 'server' END AS ttft_source,
+        coalesce(output_tokens, info_output) AS _out
+    FROM j
+),
+c AS (
+    SELECT
+        trace, request_id, NOT coalesce(failed, false) AS ok,
+        _e2e_ns / 1e6 AS e2e_ms, e2e_source,
+        (client_ns - server_ns) / 1e6 AS network_ms,
+        queue_ns / 1e6 AS queue_ms, tokenize_ns / 1e6 AS tokenize_ms,
+        preprocess_ns / 1e6 AS preprocess_ms, prefill_ns / 1e6 AS prefill_ms,
+        decode_ns / 1e6 AS decode_ms, detokenize_ns / 1e6 AS detokenize_ms,
+        postprocess_ns / 1e6 AS postprocess_ms,
+        greatest(server_ns - (coalesce(queue_ns, 0) + coalesce(tokenize_ns, 0) + coalesce(preprocess_ns, 0)
+            + coalesce(prefill_ns, 0) + coalesce(decode_ns, 0) + coalesce(detokenize_ns, 0)
+            + coalesce(postprocess_ns, 0)), 0) / 1e6 AS other_ms,
+        server_ns / 1e6 AS server_ms,
+        _ttft_ns / 1e6 AS ttft_ms, ttft_source,
+        CASE WHEN _out >= 2 AND _ttft_ns IS NOT NULL THEN
+            ((CASE WHEN ttft_source = 'client' THEN client_ns
+                   ELSE coalesce(server_ns, end_ns - coalesce(server_start_ns, first_server_ns)) END)
+             - _ttft_ns) / 1e6 / (_out - 1) END AS tpot_ms,
+        itl_mean_ms,
+        _out::BIGINT AS output_tokens, info_prompt::BIGINT AS prompt_tokens,
+        start_ns, end_ns
+    FROM r
+)
+SELECT
+    * EXCLUDE (start_ns, end_ns),
+    CASE WHEN tpot_ms > 0 THEN 1000 / tpot_ms END AS decode_tok_s,
+    start_ns, end_ns,
+    (SELECT v.k FROM (VALUES
+        (0, 'network', network_ms), (1, 'queue', queue_ms), (2, 'tokenize', tokenize_ms),
+        (3, 'preprocess', preprocess_ms), (4, 'prefill', prefill_ms), (5, 'decode', decode_ms),
+        (6, 'detokenize', detokenize_ms), (7, 'postprocess', postprocess_ms), (8, 'other', other_ms))
+        AS v(o, k, ms)
+     WHERE v.ms IS NOT NULL ORDER BY v.ms DESC, v.o LIMIT 1) AS bottleneck
+FROM c;
+
+-- @table attribution_components
+-- The nine components over all successful requests: mean time where measured
+-- and share of the summed e2e. The share is the component's sum over requests
+-- divided by the sum of e2e (docs/trace-format.md); measured is false, and
+-- share null, when no request measured the component.
+-- @column ordinal: Position in the order requests pass through (network first, other last).
+-- @column component: Component name.
+-- @column measured: True when at least one request measured this component.
+-- @column requests: Requests that measured it (count).
+-- @column ms: Mean per measuring request, milliseconds.
+-- @column total_ms: Sum over requests, milliseconds.
+-- @column share: total_ms divided by the sum of e2e_ms over requests with an e2e, 0..1 (null when not measured).
+-- @column bottleneck: True for the measured component with the largest share (ties: the earlier one).
+CREATE OR REPLACE TEMP TABLE attribution_components AS
+WITH r AS (SELECT * FROM attribution_requests WHERE ok AND e2e_ms IS NOT NULL),
+long AS (
+    SELECT 0 AS ordinal, 'network' AS component, network_ms AS ms FROM r
+    UNION ALL SELECT 1, 'queue', queue_ms FROM r
+    UNION ALL SELECT 2, 'tokenize', tokenize_ms FROM r
+    UNION ALL SELECT 3, 'preprocess', preprocess_ms FROM r
+    UNION ALL SELECT 4, 'prefill', prefill_ms FROM r
+    UNION ALL SELECT 5, 'decode', decode_ms FROM r
+    UNION ALL SELECT 6, 'detokenize', detokenize_ms FROM r
+    UNION ALL SELECT 7, 'postprocess', postprocess_ms FROM r
+    UNION ALL SELECT 8, 'other', other_ms FROM r
+),
+names AS (
+    SELECT * FROM (VALUES (0, 'network'), (1, 'queue'), (2, 'tokenize'), (3, 'preprocess'),
+        (4, 'prefill'), (5, 'decode'), (6, 'detokenize'), (7, 'postprocess'), (8, 'other'))
+        AS v(ordinal, component)
+),
+agg AS (
+    SELECT n.ordinal, n.component, count(l.ms) AS requests, avg(l.ms) AS ms, sum(l.ms) AS total_ms
+    FROM names AS n LEFT JOIN long AS l USING (ordinal)
+    GROUP BY n.ordinal, n.component
+),
+shares AS (
+    SELECT *, requests > 0 AS measured,
+        CASE WHEN requests > 0 THEN total_ms / nullif((SELECT sum(e2e_ms) FROM r), 0) END AS share
+    FROM agg
+)
+SELECT ordinal, component, measured, requests, ms, total_ms, share,
+    coalesce(ordinal = (SELECT ordinal FROM shares WHERE share IS NOT NULL
+                        ORDER BY share DESC, ordinal LIMIT 1), false) AS bottleneck
+FROM shares
+ORDER BY ordinal;

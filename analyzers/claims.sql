@@ -1,0 +1,104 @@
+-- Module claims: verdicts on the stories users bring (--claim). A verdict is the
+-- measured share with its evidence, never a rule of thumb (DOMAIN.md §3).
+--
+-- Component claims: 'supported' when the component is the bottleneck or holds at
+-- least supported_share of e2e; 'misdiagnosis' when it holds less than
+-- misdiagnosis_share and is not the bottleneck; 'contributing' otherwise;
+-- 'unmeasured' when the trace cannot say. 'compute-bound' ("decode is
+-- compute-bound; more FLOPs will help") is judged on the roofline: compute time
+-- over memory time of a step. 'throughput' ("the server does thousands of tok/s,
+-- so decode must be sub-second") is judged on the measured decode time per request.
+
+-- @table claims_catalogue
+-- The claims the analyzer can judge (aliases are resolved before SQL, in analyzers/params.py).
+-- @column key: Claim key.
+-- @column component: The component the verdict is about.
+-- @column statement: The story, in words.
+CREATE OR REPLACE TEMP TABLE claims_catalogue AS
+SELECT * FROM (VALUES
+    ('network', 'network', 'It''s the network RTT.'),
+    ('queue', 'queue', 'It''s queueing: the server is overloaded.'),
+    ('tokenize', 'tokenize', 'It''s tokenizer overhead.'),
+    ('preprocess', 'preprocess', 'It''s pre-processing (retrieval, templating, guardrails).'),
+    ('prefill', 'prefill', 'It''s prefill: the prompt is too long.'),
+    ('decode', 'decode', 'It''s decode: generating the tokens.'),
+    ('detokenize', 'detokenize', 'It''s detokenization.'),
+    ('postprocess', 'postprocess', 'It''s post-processing (reranking, filters, serialisation).'),
+    ('other', 'other', 'It''s something outside the named phases.'),
+    ('compute-bound', 'decode', 'Decode is compute-bound; more FLOPs will help.'),
+    ('throughput', 'decode', 'The server does thousands of tok/s, so decode must be sub-second.')
+) AS v(key, component, statement);
+
+-- @table claims
+-- One row per claim asked for, in the order asked.
+-- @column ordinal: Position on the command line.
+-- @column claim: The claim as the user wrote it.
+-- @column key: The claim key it resolved to.
+-- @column component: The component the verdict is about.
+-- @column verdict: 'supported', 'contributing', 'misdiagnosis' or 'unmeasured'.
+-- @column share: The component's share of e2e, 0..1 (null when not measured).
+-- @column detail: The evidence: measured numbers with units.
+CREATE OR REPLACE TEMP TABLE claims AS
+WITH k AS (
+    SELECT q.ordinal, q.claim, q.key, c.component, c.statement
+    FROM _claims AS q JOIN claims_catalogue AS c USING (key)
+),
+j AS (
+    SELECT k.*, a.measured, a.share, a.ms, a.bottleneck AS is_bottleneck, s.*, t.supported_share AS t_sup,
+        t.misdiagnosis_share AS t_mis, t.compute_bound_ratio AS t_cb, t.sub_second_decode_s AS t_sub
+    FROM k
+    JOIN attribution_components AS a USING (component)
+    CROSS JOIN summary_numbers AS s
+    CROSS JOIN _thresholds AS t
+),
+v AS (
+    SELECT ordinal, claim, key, component, share,
+        CASE
+            WHEN key = 'compute-bound' THEN CASE
+                WHEN NOT roofline_available OR compute_to_memory IS NULL THEN 'unmeasured'
+                WHEN compute_to_memory >= t_cb THEN 'supported'
+                WHEN compute_to_memory >= t_cb / 2 THEN 'contributing'
+                ELSE 'misdiagnosis' END
+            WHEN key = 'throughput' THEN CASE
+                WHEN decode_s_mean IS NULL THEN 'unmeasured'
+                WHEN decode_s_mean <= t_sub THEN 'supported'
+                ELSE 'misdiagnosis' END
+            WHEN NOT measured THEN 'unmeasured'
+            WHEN is_bottleneck OR share >= t_sup THEN 'supported'
+            WHEN share < t_mis THEN 'misdiagnosis'
+            ELSE 'contributing'
+        END AS verdict,
+        CASE
+            WHEN key = 'compute-bound' THEN CASE
+                WHEN NOT roofline_available OR compute_to_memory IS NULL THEN
+                    'no roofline (' || coalesce(roofline_note, 'model or GPU unknown') || '); on CPU and small '
+                    || 'models compute and host overhead per step are comparable to memory traffic, so measure '
+                    || 'on the GPU with --model and --gpu'
+                ELSE 'a decode step needs ' || _ms(ideal_step_ms) || ' to stream weights and KV cache but '
+                    || _ms(ideal_step_ms * compute_to_memory) || ' for its FLOPs (' || _f(compute_to_memory, 2)
+                    || 'x); measured ' || _ms(measured_step_ms) || ' = ' || _pct(bandwidth_efficiency)
+                    || ' of peak bandwidth'
+                    || CASE WHEN compute_to_memory < t_cb THEN ': decode sits on the memory side of the '
+                        || 'roofline, so more FLOPs will not move ITL' ELSE ': at this batch size compute matters' END
+                END
+            WHEN key = 'throughput' THEN CASE
+                WHEN decode_s_mean IS NULL THEN 'no request has two or more tokens and a TTFT'
+                ELSE 'each request decodes at ' || _f(per_request_tok_s, 1) || ' tok/s and spends '
+                    || _f(decode_s_mean, 2) || ' s from first to last token, while the aggregate is '
+                    || _n(aggregate_tok_s) || ' tok/s across ' || _f(mean_concurrency, 1)
+                    || ' requests in flight: aggregate throughput is not per-request speed'
+                END
+            WHEN NOT measured THEN component || ' is not measured in this trace ('
+                || CASE component
+                    WHEN 'network' THEN 'needs client.request and server.request spans of the same request'
+                    WHEN 'other' THEN 'needs server.request spans'
+                    ELSE 'no ' || component || ' spans' END || '): unknown, not zero'
+            ELSE component || ' holds ' || _pct(share) || ' of e2e (' || _ms(ms) || ' per request)'
+                || CASE WHEN is_bottleneck THEN ', the largest component'
+                        ELSE '; the bottleneck is ' || coalesce(bottleneck, '-') || ' at ' || _pct(bottleneck_share) END
+        END AS detail
+    FROM j
+)
+SELECT ordinal, claim, key, component, verdict, share, detail
+FROM v
+ORDER BY ordinal;

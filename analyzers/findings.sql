@@ -1,0 +1,280 @@
+-- Module findings: what the measured numbers say, and which popular stories
+-- they refute (DOMAIN.md §3), including the cases where the usual rule flips.
+--
+-- Every finding is a condition on summary_numbers and _thresholds; a condition
+-- on a number the trace did not measure is null, so the finding does not fire.
+-- Each detail quotes the measured numbers. Ids are stable: docs/findings.md
+-- lists them and a test keeps the two equal.
+
+CREATE OR REPLACE MACRO _ms(x) AS coalesce(CASE
+    WHEN abs(x) >= 1000 THEN printf('%.2f s', x / 1000)
+    WHEN abs(x) >= 10 THEN printf('%.1f ms', x)
+    WHEN abs(x) >= 0.1 THEN printf('%.2f ms', x)
+    ELSE printf('%.1f us', x * 1000) END, '-');
+CREATE OR REPLACE MACRO _pct(x) AS coalesce(CASE WHEN x > 0 AND x < 0.001 THEN printf('%.3f %%', x * 100)
+    ELSE printf('%.1f %%', x * 100) END, '-');
+CREATE OR REPLACE MACRO _n(x) AS coalesce(format('{:,.0f}', x::DOUBLE), '-');
+CREATE OR REPLACE MACRO _f(x, d) AS coalesce(printf('%.' || d || 'f', x), '-');
+
+-- @table findings_catalogue
+-- Every finding the analyzer can report: stable id, severity, title, and when it fires.
+-- @column ordinal: Position in the catalogue (report order within a severity).
+-- @column id: Stable identifier (kebab-case).
+-- @column severity: 'warning' (something to act on) or 'info' (evidence, often refuting a story).
+-- @column title: One-line statement of the finding.
+-- @column fires_when: The condition, in words, with the thresholds it uses.
+CREATE OR REPLACE TEMP TABLE findings_catalogue AS
+SELECT * FROM (VALUES
+    (1, 'network-dominant', 'warning', 'The network dominates latency',
+        'network is the bottleneck or holds at least supported_share of e2e'),
+    (2, 'network-slow-link', 'warning', 'A slow, congested or cross-region link',
+        'mean network time per request is at least slow_network_ms'),
+    (3, 'network-not-bottleneck', 'info', 'The network is not the bottleneck',
+        'network is measured, holds less than misdiagnosis_share and is not the bottleneck'),
+    (4, 'network-unmeasured', 'info', 'Network time is not measured',
+        'no request has both client.request and server.request spans'),
+    (5, 'short-outputs', 'warning', 'Outputs are tiny: TTFT and fixed costs dominate',
+        'the median request has at most short_output_tokens output tokens'),
+    (6, 'queue-dominant', 'warning', 'Queueing dominates: the server is overloaded',
+        'queue is the bottleneck, holds at least supported_share of e2e, or at least queue_ttft_share of TTFT'),
+    (7, 'prefill-dominant', 'warning', 'Prefill dominates: long prompts',
+        'prefill is the bottleneck or holds at least supported_share of e2e'),
+    (8, 'pipeline-dominant', 'warning', 'Pre- and post-processing dominate',
+        'preprocess plus postprocess hold at least supported_share of e2e, or one is the bottleneck'),
+    (9, 'tokenizer-pathological', 'warning', 'The tokenizer is pathologically slow',
+        'tokenize holds at least misdiagnosis_share of e2e or costs at least tokenizer_us_per_token per prompt token'),
+    (10, 'tokenizer-negligible', 'info', 'Tokenizer overhead is negligible',
+        'tokenize is measured, holds less than misdiagnosis_share and costs less than tokenizer_us_per_token'),
+    (11, 'decode-dominant', 'info', 'Decode dominates latency',
+        'decode is the bottleneck'),
+    (12, 'throughput-conflation', 'info', 'Aggregate throughput is not per-request speed',
+        'aggregate tok/s is at least conflation_ratio times the per-request decode rate'),
+    (13, 'decode-memory-bound', 'info', 'Decode is memory-bandwidth-bound',
+        'roofline known, bandwidth efficiency at least memory_bound_efficiency and compute_to_memory below compute_bound_ratio'),
+    (14, 'decode-compute-heavy', 'warning', 'Decode steps are compute-heavy at this batch size',
+        'roofline known and compute_to_memory at least compute_bound_ratio'),
+    (15, 'kv-growth', 'info', 'Decode time grows with KV length',
+        'decode fit slope > 0 with r2 at least kv_growth_r2 and growth over the kv range at least kv_growth_pct'),
+    (16, 'low-bandwidth-efficiency', 'warning', 'Decode reaches little of peak memory bandwidth',
+        'roofline known and bandwidth efficiency below low_bandwidth_efficiency'),
+    (17, 'host-overhead', 'warning', 'Host overhead between steps is large',
+        'ITL minus step time is at least host_overhead_share of ITL'),
+    (18, 'small-model-or-cpu', 'info', 'Small model or CPU: decode is not purely memory-bound',
+        'hardware is a CPU, or the model has fewer than small_model_params parameters, and decode tokens exist'),
+    (19, 'no-roofline', 'info', 'No roofline for this trace',
+        'model or GPU unknown, a CPU run, or no decode tokens to compare'),
+    (20, 'prefill-stalls', 'warning', 'Prefills stretch other requests'' decode steps',
+        'steps that also prefill take at least prefill_stall_ratio times a decode-only step'),
+    (21, 'gpu-sampling-coarse', 'info', 'GPU sampling is coarser than a decode step',
+        'the median interval between GPU samples exceeds the mean decode step (or ITL)'),
+    (22, 'gpu-underutilised', 'warning', 'The GPU idles during decode',
+        'mean SM (else NVML GPU) utilisation during decode windows is below gpu_busy_pct'),
+    (23, 'cpu-tokenize-hot', 'warning', 'The CPU is busy tokenizing',
+        'tokenize holds at least cpu_category_share of non-idle CPU samples'),
+    (24, 'cpu-profile', 'info', 'Where the host CPU went',
+        'CPU samples exist and one non-idle category holds at least cpu_category_share of them'),
+    (25, 'other-unattributed', 'warning', 'Server time outside the named phases',
+        'other holds at least other_share of e2e'),
+    (26, 'failed-requests', 'warning', 'Some requests failed',
+        'at least one request has status error (left out of every figure)'),
+    (27, 'dropped-rows', 'warning', 'The recorder dropped rows',
+        'meta.json counts dropped rows: the evidence is incomplete')
+) AS v(ordinal, id, severity, title, fires_when);
+
+-- @table findings
+-- The findings that fire for this analysis, warnings first.
+-- @column ordinal: Catalogue position.
+-- @column id: Stable identifier (see findings_catalogue, docs/findings.md).
+-- @column severity: 'warning' or 'info'.
+-- @column title: One-line statement.
+-- @column detail: The evidence: measured numbers with units.
+CREATE OR REPLACE TEMP TABLE findings AS
+WITH f AS (
+    SELECT 'network-dominant' AS id,
+        'network ' || _ms(s.network_ms) || ' per request = ' || _pct(s.network_share) || ' of e2e (mean '
+        || _ms(s.e2e_mean_ms) || '): the link, not the model, is where the time goes' AS detail
+    FROM summary_numbers AS s, _thresholds AS t
+    WHERE s.network_share IS NOT NULL AND (s.bottleneck = 'network' OR s.network_share >= t.supported_share)
+    UNION ALL
+    SELECT 'network-slow-link',
+        'network adds ' || _ms(s.network_ms) || ' per request (same-region RTT is 0.25-3 ms, cross-region 25-250 ms): '
+        || 'a slow, congested or distant link, or new connections paying TCP and TLS round trips'
+    FROM summary_numbers AS s, _thresholds AS t
+    WHERE s.network_ms >= t.slow_network_ms
+    UNION ALL
+    SELECT 'network-not-bottleneck',
+        'network ' || _ms(s.network_ms) || ' per request = ' || _pct(s.network_share) || ' of e2e (mean '
+        || _ms(s.e2e_mean_ms) || '); ' || s.bottleneck || ' holds ' || _pct(s.bottleneck_share)
+        || ': shaving RTT will not move latency'
+    FROM summary_numbers AS s, _thresholds AS t
+    WHERE s.network_share < t.misdiagnosis_share AND s.bottleneck <> 'network'
+    UNION ALL
+    SELECT 'network-unmeasured',
+        'no request has both client.request and server.request spans, so network time is unknown '
+        || '(not zero); record the client side (tracetool probe) to test the network story'
+    FROM summary_numbers AS s
+    WHERE s.network_share IS NULL AND s.e2e_requests > 0
+    UNION ALL
+    SELECT 'short-outputs',
+        'median ' || _n(s.output_tokens_p50) || ' output tokens per request; TTFT ' || _ms(s.ttft_mean_ms)
+        || ' = ' || _pct(s.ttft_share) || ' of e2e; ' || coalesce(s.bottleneck, 'no component')
+        || ' holds ' || _pct(s.bottleneck_share) || ': decode is not the story here'
+    FROM summary_numbers AS s, _thresholds AS t
+    WHERE s.output_tokens_p50 <= t.short_output_tokens
+    UNION ALL
+    SELECT 'queue-dominant',
+        'queue ' || _ms(s.queue_ms) || ' per request = ' || _pct(s.queue_share) || ' of e2e and '
+        || _pct(s.queue_ttft_share) || ' of TTFT (' || _ms(s.ttft_mean_ms) || '); '
+        || _f(s.mean_concurrency, 1) || ' requests in flight on average'
+    FROM summary_numbers AS s, _thresholds AS t
+    WHERE s.queue_share IS NOT NULL AND (s.bottleneck = 'queue' OR s.queue_share >= t.supported_share
+        OR s.queue_ttft_share >= t.queue_ttft_share)
+    UNION ALL
+    SELECT 'prefill-dominant',
+        'prefill ' || _ms(s.prefill_ms) || ' per request = ' || _pct(s.prefill_share) || ' of e2e; mean prompt '
+        || _n(s.prompt_tokens_mean) || ' tokens, median output ' || _n(s.output_tokens_p50) || ' tokens'
+    FROM summary_numbers AS s, _thresholds AS t
+    WHERE s.prefill_share IS NOT NULL AND (s.bottleneck = 'prefill' OR s.prefill_share >= t.supported_share)
+    UNION ALL
+    SELECT 'pipeline-dominant',
+        'preprocess ' || _ms(s.preprocess_ms) || ' + postprocess ' || _ms(s.postprocess_ms) || ' per request = '
+        || _pct(coalesce(s.preprocess_share, 0) + coalesce(s.postprocess_share, 0))
+        || ' of e2e: retrieval, reranking or guardrails outside the model'
+    FROM summary_numbers AS s, _thresholds AS t
+    WHERE (s.preprocess_share IS NOT NULL OR s.postprocess_share IS NOT NULL)
+        AND (s.bottleneck IN ('preprocess', 'postprocess')
+             OR coalesce(s.preprocess_share, 0) + coalesce(s.postprocess_share, 0) >= t.supported_share)
+    UNION ALL
+    SELECT 'tokenizer-pathological',
+        'tokenize ' || _ms(s.tokenize_ms) || ' per request = ' || _pct(s.tokenize_share) || ' of e2e, '
+        || _f(s.tokenize_us_per_token, 1) || ' us per prompt token (fast tokenizers: about 1 us): '
+        || 'a pure-Python tokenizer, huge inputs or a catastrophic regex'
+    FROM summary_numbers AS s, _thresholds AS t
+    WHERE s.tokenize_share IS NOT NULL AND (s.tokenize_share >= t.misdiagnosis_share
+        OR s.tokenize_us_per_token >= t.tokenizer_us_per_token)
+    UNION ALL
+    SELECT 'tokenizer-negligible',
+        'tokenize ' || _ms(s.tokenize_ms) || ' per request = ' || _pct(s.tokenize_share) || ' of e2e'
+        || coalesce(' (' || _f(s.tokenize_us_per_token, 2) || ' us per prompt token)', '')
+    FROM summary_numbers AS s, _thresholds AS t
+    WHERE s.tokenize_share < t.misdiagnosis_share
+        AND coalesce(s.tokenize_us_per_token < t.tokenizer_us_per_token, true)
+    UNION ALL
+    SELECT 'decode-dominant',
+        'decode ' || _ms(s.decode_ms) || ' per request = ' || _pct(s.decode_share) || ' of e2e: '
+        || _n(s.output_tokens_mean) || ' output tokens at ' || _ms(s.itl_mean_ms) || ' ITL. Levers: '
+        || 'speculative decoding, GQA/MQA/MLA, fp8 KV cache, shorter outputs, batching policy'
+    FROM summary_numbers AS s
+    WHERE s.bottleneck = 'decode'
+    UNION ALL
+    SELECT 'throughput-conflation',
+        'aggregate ' || _n(s.aggregate_tok_s) || ' tok/s across ' || _f(s.mean_concurrency, 1)
+        || ' requests in flight on average, but each request decodes at ' || _f(s.per_request_tok_s, 1)
+        || ' tok/s (TPOT ' || _ms(s.tpot_mean_ms) || '): a ' || _n(s.output_tokens_mean)
+        || '-token answer takes ' || _f(s.decode_s_mean, 2) || ' s of decode'
+    FROM summary_numbers AS s, _thresholds AS t
+    WHERE s.aggregate_tok_s >= t.conflation_ratio * s.per_request_tok_s
+    UNION ALL
+    SELECT 'decode-memory-bound',
+        'measured step ' || _ms(s.measured_step_ms) || ' vs ' || _ms(s.ideal_step_ms)
+        || ' ideal to stream weights and KV cache = ' || _pct(s.bandwidth_efficiency)
+        || ' of peak bandwidth; compute would take ' || _f(s.compute_to_memory, 2)
+        || 'x the memory time: more FLOPs will not move ITL'
+    FROM summary_numbers AS s, _thresholds AS t
+    WHERE s.roofline_available AND s.bandwidth_efficiency >= t.memory_bound_efficiency
+        AND s.compute_to_memory < t.compute_bound_ratio
+    UNION ALL
+    SELECT 'decode-compute-heavy',
+        'at this batch size a step needs ' || _f(s.compute_to_memory, 2)
+        || 'x as long for its FLOPs as for its bytes (ideal memory time ' || _ms(s.ideal_step_ms)
+        || '): the step has crossed to the compute side of the roofline'
+    FROM summary_numbers AS s, _thresholds AS t
+    WHERE s.roofline_available AND s.compute_to_memory >= t.compute_bound_ratio
+    UNION ALL
+    SELECT 'kv-growth',
+        s.fit_basis || ' time = ' || _ms(s.fit_base_ms) || ' + ' || _f(s.fit_per_1k_kv_ms, 3)
+        || ' ms per 1k KV tokens (r2 ' || _f(s.fit_r2, 2) || ', ' || _n(s.fit_n) || ' tokens): +'
+        || _f(s.kv_growth_pct, 0) || ' % from kv_len ' || _n(s.kv_len_min) || ' to ' || _n(s.kv_len_max)
+        || coalesce('; the roofline predicts ' || _f(s.ideal_per_1k_kv_ms, 3) || ' ms per 1k', '')
+    FROM summary_numbers AS s, _thresholds AS t
+    WHERE s.fit_per_1k_kv_ms > 0 AND s.fit_r2 >= t.kv_growth_r2 AND s.kv_growth_pct >= t.kv_growth_pct
+    UNION ALL
+    SELECT 'low-bandwidth-efficiency',
+        'measured step ' || _ms(s.measured_step_ms) || ' vs ' || _ms(s.ideal_step_ms) || ' ideal = '
+        || _pct(s.bandwidth_efficiency) || ' of peak bandwidth (55-85 % is typical at batch 1): host '
+        || 'overhead, launch-bound kernels, tensor-parallel communication, or wrong model/GPU inputs'
+    FROM summary_numbers AS s, _thresholds AS t
+    WHERE s.roofline_available AND s.bandwidth_efficiency < t.low_bandwidth_efficiency
+    UNION ALL
+    SELECT 'host-overhead',
+        'each token spends ' || _ms(s.host_mean_ms) || ' outside the forward pass = ' || _pct(s.host_share)
+        || ' of its ITL (step ' || _ms(s.step_mean_ms) || ', ' || _n(s.host_tokens)
+        || ' tokens): scheduling, sampling, detokenize, Python'
+    FROM summary_numbers AS s, _thresholds AS t
+    WHERE s.host_share >= t.host_overhead_share
+    UNION ALL
+    SELECT 'small-model-or-cpu',
+        CASE WHEN s.hardware_kind = 'cpu' THEN 'a CPU run' ELSE 'a small model ('
+            || _f(s.model_params / 1e9, 2) || 'B parameters)' END
+        || ': the KV cache is small and compute plus Python host overhead per step are comparable to '
+        || 'memory traffic' || coalesce(' (host ' || _ms(s.host_mean_ms) || ' of ' || _ms(s.host_mean_ms / s.host_share)
+        || ' per token)', '') || '; decode is not purely memory-bound'
+    FROM summary_numbers AS s, _thresholds AS t
+    WHERE (s.hardware_kind = 'cpu' OR s.model_params < t.small_model_params) AND s.fit_n > 0
+    UNION ALL
+    SELECT 'no-roofline', coalesce(s.roofline_note, 'model or hardware unknown')
+    FROM summary_numbers AS s
+    WHERE NOT s.roofline_available
+    UNION ALL
+    SELECT 'prefill-stalls',
+        'steps that also prefill take ' || _f(s.stall_ratio, 1) || 'x a decode-only step; '
+        || _pct(s.stalled_decode_share) || ' of decode tokens waited on them (chunked prefill or a '
+        || 'prefill budget per step would cap this)'
+    FROM summary_numbers AS s, _thresholds AS t
+    WHERE s.stall_ratio >= t.prefill_stall_ratio AND s.stalled_decode_share > 0
+    UNION ALL
+    SELECT 'gpu-sampling-coarse',
+        'GPU sampled every ' || _ms(s.gpu_interval_ms) || ' but a decode step takes '
+        || _ms(coalesce(s.step_mean_ms, s.measured_step_ms, s.itl_mean_ms)) || ': each sample averages about '
+        || _f(s.gpu_interval_ms / coalesce(s.step_mean_ms, s.measured_step_ms, s.itl_mean_ms), 0) || ' steps'
+    FROM summary_numbers AS s
+    WHERE s.gpu_interval_ms > coalesce(s.step_mean_ms, s.measured_step_ms, s.itl_mean_ms)
+    UNION ALL
+    SELECT 'gpu-underutilised',
+        'GPU utilisation ' || _f(s.gpu_util_decode_pct, 0) || ' % during decode windows'
+        || coalesce(' (DRAM bandwidth ' || _f(s.dram_bw_util_decode_pct, 0) || ' %)', '')
+        || ': the GPU waits on the host between kernels or steps'
+    FROM summary_numbers AS s, _thresholds AS t
+    WHERE s.gpu_util_decode_pct < t.gpu_busy_pct
+    UNION ALL
+    SELECT 'cpu-tokenize-hot',
+        'tokenize holds ' || _pct(s.cpu_tokenize_busy_share) || ' of non-idle CPU samples ('
+        || _n(s.stacks_samples) || ' samples)'
+    FROM summary_numbers AS s, _thresholds AS t
+    WHERE s.cpu_tokenize_busy_share >= t.cpu_category_share
+    UNION ALL
+    SELECT 'cpu-profile',
+        s.cpu_top_category || ' holds ' || _pct(s.cpu_top_busy_share) || ' of non-idle CPU samples ('
+        || _n(s.stacks_samples) || ' samples)'
+    FROM summary_numbers AS s, _thresholds AS t
+    WHERE s.cpu_top_busy_share >= t.cpu_category_share
+    UNION ALL
+    SELECT 'other-unattributed',
+        'other ' || _ms(s.other_ms) || ' per request = ' || _pct(s.other_share) || ' of e2e: server time '
+        || 'in no named phase; add spans for the missing phase'
+    FROM summary_numbers AS s, _thresholds AS t
+    WHERE s.other_share >= t.other_share
+    UNION ALL
+    SELECT 'failed-requests',
+        _n(s.failed_requests) || ' of ' || _n(s.requests) || ' requests failed; they are left out of every figure'
+    FROM summary_numbers AS s
+    WHERE s.failed_requests > 0
+    UNION ALL
+    SELECT 'dropped-rows',
+        _n(s.dropped_rows) || ' rows were dropped while recording (buffers full): figures cover what was kept'
+    FROM summary_numbers AS s
+    WHERE s.dropped_rows > 0
+)
+SELECT c.ordinal, f.id, c.severity, c.title, f.detail
+FROM f JOIN findings_catalogue AS c USING (id)
+ORDER BY c.severity = 'warning' DESC, c.ordinal;

@@ -1,0 +1,110 @@
+"""The SQL modules: loading them, their documented objects, running them in order.
+
+Analyses live in ``analyzers/<module>.sql`` (Perfetto stdlib style). Each public
+object (view or temp table) is preceded by a comment block::
+
+    -- @view tokens_gaps            (or @table NAME)
+    -- One line or more saying what one row is.
+    -- @column trace: Trace label.
+    -- @column itl_ms: Inter-token latency, milliseconds.
+    CREATE OR REPLACE VIEW tokens_gaps AS ...;
+
+Public names start with the module's name; helpers start with ``_`` and need no
+docs. A test compares every documented column list with ``DESCRIBE`` of the
+object, so the comments cannot drift from the SQL. Statements end with ``;`` at
+the end of a line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+#: Run order: each module may use the objects of the modules before it.
+MODULES = ("tokens", "attribution", "latency", "decode", "roofline", "host", "steps", "gpu",
+           "stacks", "summary", "findings", "claims")
+
+_OBJECT_RE = re.compile(r"^--\s*@(view|table)\s+([a-z_][a-z0-9_]*)\s*$")
+_COLUMN_RE = re.compile(r"^--\s*@column\s+([a-z_][a-z0-9_]*)\s*:\s*(.+?)\s*$")
+_STATEMENT_END_RE = re.compile(r";[ \t]*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class SqlObject:
+    """A documented view or table of a module: its name, kind, what a row is, its columns."""
+
+    module: str
+    name: str
+    kind: str  # "view" or "table"
+    doc: str
+    columns: tuple[tuple[str, str], ...]  # (name, meaning with unit)
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str
+    text: str
+    statements: tuple[str, ...]
+    objects: tuple[SqlObject, ...]
+
+
+@cache
+def load(name: str) -> Module:
+    """Read and parse ``analyzers/<name>.sql``."""
+    text = resources.files("analyzers").joinpath(f"{name}.sql").read_text(encoding="utf-8")
+    return Module(name, text, _statements(text), _objects(name, text))
+
+
+def all_modules() -> tuple[Module, ...]:
+    return tuple(load(m) for m in MODULES)
+
+
+def documented_objects() -> dict[str, SqlObject]:
+    """Every public object of every module, by name."""
+    return {o.name: o for m in all_modules() for o in m.objects}
+
+
+def run_all(con: Any) -> None:
+    """Create every module's objects in ``con``, in dependency order."""
+    for m in all_modules():
+        for stmt in m.statements:
+            con.execute(stmt)
+
+
+def _statements(text: str) -> tuple[str, ...]:
+    body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
+    parts = _STATEMENT_END_RE.split(body)
+    return tuple(p.strip() for p in parts if p.strip())
+
+
+def _objects(module: str, text: str) -> tuple[SqlObject, ...]:
+    out: list[SqlObject] = []
+    current: dict[str, Any] | None = None
+    for line in text.splitlines():
+        m = _OBJECT_RE.match(line.strip())
+        if m:
+            if current:
+                out.append(_finish(module, current))
+            current = {"kind": m.group(1), "name": m.group(2), "doc": [], "columns": []}
+            continue
+        if current is None:
+            continue
+        c = _COLUMN_RE.match(line.strip())
+        if c:
+            current["columns"].append((c.group(1), c.group(2)))
+        elif line.startswith("--") and not current["columns"]:
+            current["doc"].append(line[2:].strip())
+        elif not line.startswith("--"):
+            out.append(_finish(module, current))
+            current = None
+    if current:
+        out.append(_finish(module, current))
+    return tuple(out)
+
+
+def _finish(module: str, d: dict[str, Any]) -> SqlObject:
+    return SqlObject(module, d["name"], d["kind"], " ".join(x for x in d["doc"] if x).strip(),
+                     tuple(d["columns"]))

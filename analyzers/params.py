@@ -1,0 +1,288 @@
+"""What the SQL modules are parameterised with: thresholds, roofline inputs, claims.
+
+Everything here is resolved in Python before any SQL runs, and handed to DuckDB
+as one-row or small tables (``_thresholds``, ``_hardware``, ``_claims``):
+
+* :class:`Thresholds`: the numbers behind claim verdicts and findings; every one
+  can be changed (``tracetool analyze --threshold NAME=VALUE``).
+* :func:`roofline_inputs`: model and hardware for the roofline, from
+  ``meta.json`` (docs/trace-format.md) or from presets (``--model``, ``--gpu``),
+  which override meta.json. A CPU trace, or one whose hardware is unknown,
+  gets no roofline and says why (``note``).
+* :func:`parse_claim`: a user's story (``network-rtt``, "decode is
+  compute-bound", ...) mapped to a claim key.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from tracetool.errors import UsageError
+from tracetool.presets import dtype_bytes, gpu_preset, match_gpu_name, model_preset
+
+COMPONENTS = ("network", "queue", "tokenize", "preprocess", "prefill", "decode", "detokenize",
+              "postprocess", "other")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Thresholds of verdicts and findings (docs/findings.md says which uses which)."""
+
+    #: A claim is ``supported`` when its component is the bottleneck or holds at least this share of e2e.
+    supported_share: float = 1 / 3
+    #: A claim is a ``misdiagnosis`` when its component holds less than this share and is not the bottleneck.
+    misdiagnosis_share: float = 0.10
+    #: Median output tokens at or below this: outputs are "tiny" and TTFT / fixed costs dominate.
+    short_output_tokens: float = 5
+    #: Mean network time per request at or above this (ms): a slow, congested or cross-region link.
+    slow_network_ms: float = 100
+    #: Tokenize cost per prompt token at or above this (microseconds): pathological tokenizer (fast ones ~1 us).
+    tokenizer_us_per_token: float = 50
+    #: Queue share of TTFT at or above this: overload (queueing dominates TTFT).
+    queue_ttft_share: float = 0.5
+    #: Host time between steps as a share of ITL at or above this: host overhead finding.
+    host_overhead_share: float = 0.2
+    #: Bandwidth efficiency below this: low efficiency finding (0.55-0.85 is typical at batch 1).
+    low_bandwidth_efficiency: float = 0.4
+    #: Bandwidth efficiency at or above this: decode is on the memory side of the roofline.
+    memory_bound_efficiency: float = 0.3
+    #: Compute time / memory time of a decode step at or above this: compute-bound decode.
+    compute_bound_ratio: float = 1.0
+    #: Minimum r2 of the decode fit for the KV-growth finding.
+    kv_growth_r2: float = 0.3
+    #: Minimum ITL growth over the observed kv_len range, percent of the base, for the KV-growth finding.
+    kv_growth_pct: float = 5
+    #: Aggregate tok/s at or above this many times the per-request rate: throughput conflation finding.
+    conflation_ratio: float = 2
+    #: Mean decode time per request at or below this (seconds): decode really is "sub-second".
+    sub_second_decode_s: float = 1.0
+    #: Models with fewer parameters than this are "small": KV cache tiny, host overhead comparable.
+    small_model_params: float = 3e9
+    #: Mean GPU utilisation during decode windows below this (percent): the GPU waits on the host.
+    gpu_busy_pct: float = 50
+    #: Unattributed server time ("other") at or above this share: a phase is missing from the trace.
+    other_share: float = 0.2
+    #: Steps that also prefill taking at least this many times a decode-only step: prefill stalls.
+    prefill_stall_ratio: float = 2
+    #: Share of busy CPU samples in one category at or above this: that category is hot.
+    cpu_category_share: float = 0.2
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    def with_overrides(self, items: dict[str, float]) -> Thresholds:
+        """A copy with some thresholds changed; unknown names are a usage error."""
+        unknown = sorted(set(items) - set(self.names()))
+        if unknown:
+            raise UsageError(f"unknown threshold {unknown[0]!r} (known: {', '.join(self.names())})")
+        return replace(self, **{k: float(v) for k, v in items.items()})
+
+    def as_dict(self) -> dict[str, float]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def parse_threshold(text: str) -> tuple[str, float]:
+    """``NAME=VALUE`` (``supported_share=0.4``; dashes accepted) -> (name, value)."""
+    name, sep, value = text.partition("=")
+    if not sep:
+        raise UsageError(f"--threshold {text!r}: expected NAME=VALUE")
+    try:
+        return name.strip().replace("-", "_"), float(value)
+    except ValueError:
+        raise UsageError(f"--threshold {text!r}: {value!r} is not a number") from None
+
+
+# -- roofline inputs ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RooflineInputs:
+    """Model and hardware numbers of one trace. ``kind`` is 'gpu', 'cpu' or 'unknown'."""
+
+    kind: str
+    model: str | None = None
+    gpu: str | None = None
+    gpu_count: int = 1
+    #: Bytes of weights read per decode step, all GPUs together (input embedding left out).
+    weight_bytes: float | None = None
+    kv_bytes_per_token: float | None = None
+    #: Per GPU.
+    mem_bw_bytes_per_s: float | None = None
+    #: Per GPU, dense, at the weights' dtype.
+    peak_flops: float | None = None
+    params: float | None = None
+    active_params: float | None = None
+    source: str = "meta.json"
+    #: Why the roofline cannot be computed, or what was assumed.
+    note: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        return (self.kind == "gpu" and self.weight_bytes is not None and self.kv_bytes_per_token is not None
+                and bool(self.mem_bw_bytes_per_s))
+
+
+_CPU_NAMES = {"cpu", "none", "host"}
+
+
+def roofline_inputs(meta: dict[str, Any], *, model: str | None = None, gpu: str | None = None,
+                    gpus: int | None = None, weight_dtype: str | None = None,
+                    kv_dtype: str | None = None) -> RooflineInputs:
+    """Resolve the roofline's inputs for a trace; presets (``model``, ``gpu``) override meta.json."""
+    notes: list[str] = []
+    m = meta.get("model") if isinstance(meta.get("model"), dict) else {}
+    h = meta.get("hardware") if isinstance(meta.get("hardware"), dict) else {}
+    assert isinstance(m, dict) and isinstance(h, dict)
+    sources: list[str] = []
+    # model
+    name: str | None
+    params: float | None
+    active: float | None
+    weight: float | None
+    kvb: float | None
+    if model:
+        p = model_preset(model)
+        wd, kd = weight_dtype or "bf16", kv_dtype or "bf16"
+        name, weight, kvb = p.name, p.weight_bytes_read(wd), p.kv_bytes_per_token(kd)
+        params, active = p.params, p.active_params
+        sources.append("--model")
+    else:
+        name = m.get("name")
+        params, active = _num(m.get("params")), _num(m.get("active_params"))
+        weight, kvb = _meta_weight_bytes(m, weight_dtype, notes), _meta_kv_bytes(m, kv_dtype, notes)
+        if m:
+            sources.append("meta.json")
+    # hardware
+    kind = "unknown"
+    gname: str | None = None
+    bw = flops = None
+    count = int(gpus or _num(h.get("gpu_count")) or 1)
+    wdtype = weight_dtype or _dtype_name(_num(m.get("weight_bytes_per_param")))
+    if gpu:
+        g = gpu_preset(gpu)
+        kind, gname, bw, flops = "gpu", g.name, g.mem_bw_bytes_per_s, g.peak_flops(wdtype)
+        sources.append("--gpu")
+    elif h:
+        gname = h.get("gpu") if isinstance(h.get("gpu"), str) else None
+        is_cpu = (gname or "").strip().lower() in _CPU_NAMES or str(h.get("device", "")).lower() == "cpu" \
+            or str(h.get("kind", "")).lower() == "cpu" or (gname is None and "cpu" in h)
+        if is_cpu:
+            kind = "cpu"
+        else:
+            preset = match_gpu_name(gname) if gname else None
+            bw = _num(h.get("mem_bw_bytes_per_s")) or (preset.mem_bw_bytes_per_s if preset else None)
+            flops = _num(h.get("peak_flops")) or (preset.peak_flops(wdtype) if preset else None)
+            kind = "gpu" if bw else "unknown"
+            if not bw:
+                notes.append(f"hardware {gname or '(unnamed)'} has no mem_bw_bytes_per_s and matches no preset")
+        if "meta.json" not in sources:
+            sources.append("meta.json")
+    if kind == "cpu":
+        notes.append("CPU run: no GPU memory-bandwidth roofline; on CPU, compute and Python host overhead "
+                     "per step are comparable to memory traffic")
+    elif kind == "unknown" and not h:
+        notes.append("hardware unknown: meta.json has no hardware block (pass --gpu)")
+    if weight is None or kvb is None:
+        notes.append("model unknown: meta.json has no usable model block (pass --model)" if not m and not model
+                     else "model block lacks params or layers/kv_heads/head_dim")
+    return RooflineInputs(kind=kind, model=name, gpu=gname, gpu_count=count, weight_bytes=weight,
+                          kv_bytes_per_token=kvb, mem_bw_bytes_per_s=bw, peak_flops=flops, params=params,
+                          active_params=active, source=" + ".join(sources) or "none",
+                          note="; ".join(notes) or None)
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _dtype_name(b: float | None) -> str:
+    return "fp8" if b is not None and b <= 1 else "bf16"
+
+
+def _meta_weight_bytes(m: dict[str, Any], weight_dtype: str | None, notes: list[str]) -> float | None:
+    p = _num(m.get("active_params")) or _num(m.get("params"))
+    if p is None:
+        return None
+    vocab, hidden = _num(m.get("vocab")), _num(m.get("hidden"))
+    if vocab and hidden and not m.get("tied_embeddings"):
+        p -= vocab * hidden  # one row of the input embedding is read, not the table
+    b = dtype_bytes(weight_dtype) if weight_dtype else _num(m.get("weight_bytes_per_param"))
+    if b is None:
+        b = 2.0
+        notes.append("weight_bytes_per_param not in meta.json: 2 (bf16) assumed")
+    return p * b
+
+
+def _meta_kv_bytes(m: dict[str, Any], kv_dtype: str | None, notes: list[str]) -> float | None:
+    direct = _num(m.get("kv_bytes_per_token"))
+    if direct is not None:
+        return direct
+    layers, kv_heads, head_dim = (_num(m.get(k)) for k in ("layers", "kv_heads", "head_dim"))
+    if not (layers and kv_heads and head_dim):
+        return None
+    b = dtype_bytes(kv_dtype) if kv_dtype else _num(m.get("kv_bytes_per_elem"))
+    if b is None:
+        b = 2.0
+        notes.append("kv_bytes_per_elem not in meta.json: 2 (bf16) assumed")
+    return 2 * layers * kv_heads * head_dim * b
+
+
+# -- claims ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """A story to test: the user's words and the claim key they map to."""
+
+    text: str
+    key: str
+
+
+#: key -> (component the verdict is about, the story in words).
+CLAIMS: dict[str, tuple[str, str]] = {
+    "network": ("network", "It's the network RTT."),
+    "queue": ("queue", "It's queueing: the server is overloaded."),
+    "tokenize": ("tokenize", "It's tokenizer overhead."),
+    "preprocess": ("preprocess", "It's pre-processing (retrieval, templating, guardrails)."),
+    "prefill": ("prefill", "It's prefill: the prompt is too long."),
+    "decode": ("decode", "It's decode: generating the tokens."),
+    "detokenize": ("detokenize", "It's detokenization."),
+    "postprocess": ("postprocess", "It's post-processing (reranking, filters, serialisation)."),
+    "other": ("other", "It's something outside the named phases."),
+    "compute-bound": ("decode", "Decode is compute-bound; more FLOPs will help."),
+    "throughput": ("decode", "The server does thousands of tok/s, so decode must be sub-second."),
+}
+
+CLAIM_ALIASES: dict[str, str] = {
+    "network-rtt": "network", "rtt": "network", "net": "network", "network-latency": "network",
+    "queueing": "queue", "queuing": "queue", "overload": "queue",
+    "tokenizer": "tokenize", "tokenization": "tokenize", "tokenizer-overhead": "tokenize",
+    "preprocessing": "preprocess", "pre-processing": "preprocess", "retrieval": "preprocess",
+    "prompt": "prefill", "long-prompt": "prefill",
+    "detokenizer": "detokenize", "detokenization": "detokenize",
+    "postprocessing": "postprocess", "post-processing": "postprocess", "guardrails": "postprocess",
+    "compute": "compute-bound", "decode-is-compute-bound": "compute-bound", "more-flops": "compute-bound",
+    "tok-s": "throughput", "aggregate-throughput": "throughput", "thousands-of-tok-s": "throughput",
+}
+
+# Free-text fallbacks, most specific first.
+_KEYWORDS = (("compute", "compute-bound"), ("flop", "compute-bound"), ("thousand", "throughput"),
+             ("throughput", "throughput"), ("tok-s", "throughput"), ("detoken", "detokenize"),
+             ("tokeni", "tokenize"), ("network", "network"), ("rtt", "network"), ("queu", "queue"),
+             ("overload", "queue"), ("prefill", "prefill"), ("prompt", "prefill"),
+             ("preprocess", "preprocess"), ("pre-process", "preprocess"), ("retrieval", "preprocess"),
+             ("postprocess", "postprocess"), ("post-process", "postprocess"), ("guardrail", "postprocess"),
+             ("rerank", "postprocess"), ("decode", "decode"))
+
+
+def parse_claim(text: str) -> ClaimSpec:
+    """Map a claim name, alias or phrase ("decode is compute-bound") to a :class:`ClaimSpec`."""
+    norm = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    key = norm if norm in CLAIMS else CLAIM_ALIASES.get(norm)
+    if key is None:
+        key = next((k for word, k in _KEYWORDS if word in norm), None)
+    if key is None:
+        known = ", ".join([*CLAIMS, *CLAIM_ALIASES])
+        raise UsageError(f"unknown claim {text!r} (known: {known})")
+    return ClaimSpec(text, key)

@@ -1,0 +1,141 @@
+-- Module roofline: decode against the memory-bandwidth roofline (DOMAIN.md §1).
+--
+-- A decode step streams the weights and the batch's KV cache from HBM, so its
+-- ideal time is (weight_bytes + batch x kv_len x kv_bytes_per_token) /
+-- (mem_bw_bytes_per_s x gpu_count); bandwidth efficiency = ideal / measured.
+-- Inputs per trace come from _hardware (meta.json model/hardware blocks, or the
+-- --model/--gpu presets). CPU traces and traces with unknown hardware or model
+-- get no roofline; `note` says why. Failed requests are left out.
+
+-- @table roofline_summary
+-- One row: the roofline over every decode token of traces whose model and GPU are known.
+-- @column available: True when at least one trace had the model, the GPU and decode tokens.
+-- @column kind: 'gpu', 'cpu', 'unknown' or 'mixed' (traces disagree).
+-- @column model: Model name(s).
+-- @column gpu: GPU name(s).
+-- @column gpu_count: GPUs the weights are sharded over (tensor parallel), largest among traces.
+-- @column source: Where the inputs came from ('meta.json', '--model', '--gpu', joined with +).
+-- @column note: Why the roofline is missing or what was assumed; null when nothing to say.
+-- @column weight_bytes: Weight bytes read per decode step, all GPUs together, bytes.
+-- @column kv_bytes_per_token: KV-cache bytes per token of context, bytes.
+-- @column mem_bw_bytes_per_s: Peak memory bandwidth per GPU, bytes per second.
+-- @column peak_flops: Peak dense FLOP/s per GPU at the weights' dtype, FLOP per second.
+-- @column basis: 'step' (measured = forward-pass time) or 'itl' (measured = server-side gap).
+-- @column tokens: Decode tokens compared (count).
+-- @column kv_len_mean: Mean kv_len of those tokens, tokens.
+-- @column batch_mean: Mean batch size of those tokens, sequences (1 when not recorded).
+-- @column ideal_base_ms: Ideal time to read the weights once, milliseconds.
+-- @column ideal_per_1k_kv_ms: Ideal added time per 1,000 tokens of kv_len at the mean batch, milliseconds.
+-- @column ideal_step_ms: Mean ideal step time over the tokens, milliseconds.
+-- @column measured_step_ms: Mean measured step time (or ITL) over the tokens, milliseconds.
+-- @column bandwidth_efficiency: ideal_step_ms / measured_step_ms, 0..1 (above 1 means the inputs overstate the bytes).
+-- @column achieved_bw_bytes_per_s: Bytes the ideal model moves divided by measured time, per GPU, bytes per second.
+-- @column compute_step_ms: Ideal compute time of a step: 2 x active params x mean batch / (peak_flops x gpu_count), milliseconds.
+-- @column compute_to_memory: compute_step_ms / ideal_step_ms: below 1 the step sits on the memory side of the roofline.
+CREATE OR REPLACE TEMP TABLE roofline_summary AS
+WITH basis AS (SELECT coalesce(any_value(basis), 'step') AS b FROM decode_fit WHERE level = 'all'),
+req AS (
+    SELECT t.trace,
+        CASE WHEN b = 'step' THEN t.fit_n ELSE t.roof_itl_tokens END AS ideal_n,
+        CASE WHEN b = 'step' THEN t.roof_kv_tokens ELSE t.roof_itl_kv_tokens END AS kv_tokens,
+        t.fit_n, t.fit_sy, t.fit_sx, t.batch_mean, t.decode_tokens
+    FROM tokens_requests AS t
+    CROSS JOIN basis
+    WHERE NOT t.failed
+),
+per_trace AS (
+    SELECT h.*,
+        coalesce(sum(r.ideal_n), 0) AS ideal_n, coalesce(sum(r.kv_tokens), 0) AS kv_tokens,
+        coalesce(sum(r.fit_n), 0) AS step_n, coalesce(sum(r.fit_sy), 0) AS step_ms, coalesce(sum(r.fit_sx), 0) AS step_kv,
+        sum(r.batch_mean * r.decode_tokens) / nullif(sum(r.decode_tokens) FILTER (WHERE r.batch_mean IS NOT NULL), 0)
+            AS batch_mean,
+        h.kind = 'gpu' AND h.weight_bytes IS NOT NULL AND h.kv_bytes_per_token IS NOT NULL
+            AND h.mem_bw_bytes_per_s > 0 AS complete
+    FROM _hardware AS h
+    LEFT JOIN req AS r USING (trace)
+    GROUP BY ALL
+),
+-- The ITL basis is measured over every trace together (tokens_gap_stats is one row):
+-- with it, per-trace measured sums are apportioned by token counts.
+meas AS (
+    SELECT p.*,
+        CASE WHEN b = 'step' THEN p.step_n ELSE p.ideal_n END AS meas_n,
+        CASE WHEN b = 'step' THEN p.step_ms
+             ELSE g.itl_fit_sy / nullif(g.itl_fit_n, 0) * p.ideal_n END AS meas_ms,
+        CASE WHEN b = 'step' THEN p.step_kv
+             ELSE g.itl_fit_sx / nullif(g.itl_fit_n, 0) * p.ideal_n END AS kv_sum
+    FROM per_trace AS p, basis, tokens_gap_stats AS g
+),
+use AS (
+    SELECT *,
+        (ideal_n * weight_bytes + kv_tokens * kv_bytes_per_token)
+            / (mem_bw_bytes_per_s * gpu_count) * 1000 AS ideal_sum_ms,
+        2 * coalesce(active_params, params) * coalesce(batch_mean, 1) / (peak_flops * gpu_count) * 1000
+            AS compute_ms
+    FROM meas
+    WHERE complete AND ideal_n > 0 AND meas_n > 0
+),
+agg AS (
+    SELECT
+        count(*) AS n_traces,
+        sum(ideal_n) AS ideal_n, sum(meas_n) AS meas_n,
+        sum(ideal_sum_ms) / sum(ideal_n) AS ideal_step_ms,
+        sum(meas_ms) / sum(meas_n) AS measured_step_ms,
+        sum(kv_sum) / sum(meas_n) AS kv_len_mean,
+        coalesce(sum(batch_mean * ideal_n) / nullif(sum(ideal_n) FILTER (WHERE batch_mean IS NOT NULL), 0), 1)
+            AS batch_mean,
+        sum(compute_ms * ideal_n) / nullif(sum(ideal_n) FILTER (WHERE compute_ms IS NOT NULL), 0) AS compute_step_ms,
+        sum(weight_bytes / (mem_bw_bytes_per_s * gpu_count) * 1000 * ideal_n) / sum(ideal_n) AS ideal_base_ms,
+        sum(kv_bytes_per_token / (mem_bw_bytes_per_s * gpu_count) * 1000 * 1000 * ideal_n) / sum(ideal_n)
+            AS ideal_per_1k_kv_b1_ms,
+        sum(mem_bw_bytes_per_s * ideal_n) / sum(ideal_n) AS bw
+    FROM use
+)
+SELECT
+    coalesce(agg.n_traces, 0) > 0 AS available,
+    CASE WHEN count(DISTINCT p.kind) = 1 THEN any_value(p.kind) ELSE 'mixed' END AS kind,
+    string_agg(DISTINCT p.model, ', ') AS model,
+    string_agg(DISTINCT p.gpu, ', ') AS gpu,
+    max(p.gpu_count)::BIGINT AS gpu_count,
+    string_agg(DISTINCT p.source, ', ') AS source,
+    CASE WHEN coalesce(agg.n_traces, 0) = 0 AND bool_and(p.complete) THEN 'no decode tokens to compare'
+         ELSE string_agg(DISTINCT p.note, '; ') END AS note,
+    CASE WHEN count(DISTINCT p.weight_bytes) = 1 THEN any_value(p.weight_bytes) END AS weight_bytes,
+    CASE WHEN count(DISTINCT p.kv_bytes_per_token) = 1 THEN any_value(p.kv_bytes_per_token) END AS kv_bytes_per_token,
+    CASE WHEN count(DISTINCT p.mem_bw_bytes_per_s) = 1 THEN any_value(p.mem_bw_bytes_per_s) END AS mem_bw_bytes_per_s,
+    CASE WHEN count(DISTINCT p.peak_flops) = 1 THEN any_value(p.peak_flops) END AS peak_flops,
+    (SELECT b FROM basis) AS basis,
+    coalesce(any_value(agg.meas_n), 0)::BIGINT AS tokens,
+    any_value(agg.kv_len_mean) AS kv_len_mean,
+    any_value(agg.batch_mean) AS batch_mean,
+    any_value(agg.ideal_base_ms) AS ideal_base_ms,
+    any_value(agg.ideal_per_1k_kv_b1_ms * agg.batch_mean) AS ideal_per_1k_kv_ms,
+    any_value(agg.ideal_step_ms) AS ideal_step_ms,
+    any_value(agg.measured_step_ms) AS measured_step_ms,
+    any_value(agg.ideal_step_ms / nullif(agg.measured_step_ms, 0)) AS bandwidth_efficiency,
+    any_value(agg.ideal_step_ms / nullif(agg.measured_step_ms, 0) * agg.bw) AS achieved_bw_bytes_per_s,
+    any_value(agg.compute_step_ms) AS compute_step_ms,
+    any_value(agg.compute_step_ms / nullif(agg.ideal_step_ms, 0)) AS compute_to_memory
+FROM per_trace AS p
+CROSS JOIN agg
+GROUP BY agg.n_traces;
+
+-- @view roofline_tokens
+-- One row per decode token with a measured time: measured against ideal, for
+-- plots of ITL over kv_len with the roofline beside it. Null ideal when the
+-- trace's model or GPU is unknown. Reads tokens in order: compute per request.
+-- @column trace: Trace label.
+-- @column request_id: Request id.
+-- @column index: Token index (>= 1).
+-- @column kv_len: Context length of the forward pass, tokens.
+-- @column batch_size: Sequences in the batch (null when not recorded).
+-- @column measured_ms: Step time where recorded, else server-side ITL, milliseconds.
+-- @column ideal_ms: (weight_bytes + batch x kv_len x kv_bytes_per_token) / (bandwidth x GPUs), milliseconds.
+CREATE OR REPLACE VIEW roofline_tokens AS
+SELECT g.trace, g.request_id, g.index, g.kv_len, g.batch_size,
+    coalesce(g.step_ms, g.server_itl_ms) AS measured_ms,
+    CASE WHEN h.kind = 'gpu' AND h.mem_bw_bytes_per_s > 0 THEN
+        (h.weight_bytes + coalesce(g.batch_size, 1) * g.kv_len * h.kv_bytes_per_token)
+        / (h.mem_bw_bytes_per_s * h.gpu_count) * 1000 END AS ideal_ms
+FROM tokens_gaps AS g
+JOIN _hardware AS h USING (trace);

@@ -1,0 +1,108 @@
+"""``tracetool analyze --json`` against a straightforward pandas implementation, whole processes.
+
+Generates a 10,000,000-token trace once (``benchmarks/gen_trace.py``, into /tmp
+by default, never into the repository), then runs, alternately and in the same
+run, ``tracetool analyze --json TRACE`` and ``python benchmarks/pandas_baseline.py
+TRACE`` as separate processes. For each it records wall time and peak RSS (from
+``wait4``'s rusage of that child), checks that both computed the same headline
+numbers, and prints the ratio of median wall times.
+
+    python benchmarks/bench_analyze.py                    # 10M tokens, 3 + 2 runs
+    python benchmarks/bench_analyze.py --tokens 1000000 --runs 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TOOL = [sys.executable, "-m", "tracetool"]
+
+
+def run_measured(cmd: list[str]) -> tuple[float, int, str]:
+    """Like :func:`run`, but reaps the child with wait4 to read its own peak RSS."""
+    t = time.perf_counter()
+    with open(os.devnull, "w") as devnull:
+        out_path = Path(f"/tmp/tt-bench-out-{os.getpid()}.json")
+        with open(out_path, "w") as out:
+            p = subprocess.Popen(cmd, stdout=out, stderr=devnull)
+            _, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"{' '.join(cmd)} failed with exit {os.waitstatus_to_exitcode(status)}")
+    text = out_path.read_text()
+    out_path.unlink()
+    return wall, usage.ru_maxrss * 1024, text
+
+
+def check_same(a: dict, b: dict) -> list[str]:
+    """Headline numbers both implementations compute; relative tolerance 1e-4 (pandas
+    loses nanoseconds converting int64 epochs to float64)."""
+    pairs = [(f"{m}.{q}", a[m][q], b[m][q]) for m in ("e2e_ms", "ttft_ms", "itl_ms", "tpot_ms")
+             for q in ("mean", "p50", "p90", "p99")]
+    pairs += [(f"components.{c}.share", a["components"][c]["share"], b["components"][c]["share"])
+              for c in a["components"]]
+    pairs += [("bottleneck", a["bottleneck"], b["bottleneck"]),
+              ("per_request_tok_s", a["decode"]["per_request_tok_s"], b["decode"]["per_request_tok_s"]),
+              ("aggregate_tok_s", a["decode"]["aggregate_tok_s"], b["decode"]["aggregate_tok_s"]),
+              ("fit.per_1k_kv_ms", a["decode"]["fit"]["per_1k_kv_ms"], b["decode"]["fit"]["per_1k_kv_ms"]),
+              ("roofline.ideal_step_ms", a["decode"]["roofline"]["ideal_step_ms"],
+               b["decode"]["roofline"]["ideal_step_ms"]),
+              ("roofline.bandwidth_efficiency", a["decode"]["roofline"]["bandwidth_efficiency"],
+               b["decode"]["roofline"]["bandwidth_efficiency"])]
+    bad = []
+    for name, x, y in pairs:
+        if isinstance(x, (int, float)) and isinstance(y, (int, float)):
+            if abs(x - y) > 1e-4 * max(abs(x), abs(y), 1e-9):
+                bad.append(f"{name}: tracetool {x} vs pandas {y}")
+        elif x != y:
+            bad.append(f"{name}: tracetool {x} vs pandas {y}")
+    return bad
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trace", type=Path, default=None, help="trace to use (default: generate in /tmp)")
+    ap.add_argument("--tokens", type=int, default=10_000_000)
+    ap.add_argument("--runs", type=int, default=3, help="tracetool runs (pandas runs: max(1, runs - 1))")
+    a = ap.parse_args()
+    trace = a.trace or Path(f"/tmp/tt-bench-{a.tokens // 1_000_000}m" if a.tokens >= 1_000_000
+                            else f"/tmp/tt-bench-{a.tokens}")
+    if not (trace / "meta.json").exists():
+        print(f"generating {trace} ({a.tokens:,} tokens)...", flush=True)
+        subprocess.run([sys.executable, str(HERE / "gen_trace.py"), str(trace), "--tokens", str(a.tokens)],
+                       check=True)
+    duck: list[tuple[float, int]] = []
+    pand: list[tuple[float, int]] = []
+    duck_out = pand_out = ""
+    for i in range(a.runs):
+        w, r, duck_out = run_measured([*TOOL, "analyze", "--json", str(trace)])
+        duck.append((w, r))
+        print(f"tracetool analyze --json   run {i + 1}: {w:6.2f} s, peak RSS {r / 2**20:7.0f} MiB", flush=True)
+        if i < max(1, a.runs - 1):
+            w, r, pand_out = run_measured([sys.executable, str(HERE / "pandas_baseline.py"), str(trace)])
+            pand.append((w, r))
+            print(f"pandas baseline            run {i + 1}: {w:6.2f} s, peak RSS {r / 2**20:7.0f} MiB", flush=True)
+    mismatches = check_same(json.loads(duck_out), json.loads(pand_out))
+    dw, pw = statistics.median(x for x, _ in duck), statistics.median(x for x, _ in pand)
+    drss = max(r for _, r in duck)
+    print(f"\ntrace: {trace} ({a.tokens:,} tokens)")
+    print(f"tracetool analyze --json: median {dw:.2f} s, peak RSS {drss / 2**20:.0f} MiB "
+          f"({'under' if drss < 2 * 2**30 else 'OVER'} 2 GiB)")
+    print(f"pandas baseline:          median {pw:.2f} s, peak RSS {max(r for _, r in pand) / 2**20:.0f} MiB")
+    print(f"ratio (pandas / tracetool wall time): {pw / dw:.1f}x")
+    if mismatches:
+        print("RESULTS DIFFER:\n  " + "\n  ".join(mismatches))
+        raise SystemExit(1)
+    print("results agree (headline percentiles, shares, rates, fit, roofline within 1e-4)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""``analyze`` and ``estimate``: where the time went in a trace, and napkin math without one.
+
+Thin layer over :mod:`analyzers`: parse options, call :func:`analyzers.analyze`
+or :func:`analyzers.estimate`, and print either the documented JSON
+(docs/analysis-json.md) or a readable report. Diagnostics go to stderr.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tracetool.cli.common import emit_json, fmt_ms, fmt_pct, json_option, warn
+
+_SEVERITY_MARK = {"warning": "!", "info": "·"}
+_VERDICT_MARK = {"supported": "✓", "contributing": "~", "misdiagnosis": "✗", "unmeasured": "?"}
+
+
+@click.command()
+@click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
+@json_option
+@click.option("--claim", "claims", multiple=True, metavar="NAME",
+              help="A story to judge (repeatable): a component (network, queue, tokenize, preprocess, "
+                   "prefill, decode, detokenize, postprocess, other), an alias (network-rtt, tokenizer, "
+                   "queueing...), compute-bound ('decode is compute-bound') or throughput "
+                   "('the server does thousands of tok/s').")
+@click.option("--model", help="Model preset (llama-3.1-8b, qwen2.5-72b, ...) or a config.json path, for the "
+                              "roofline; overrides meta.json.")
+@click.option("--gpu", help="GPU preset (h100-sxm, a100-80gb, h200, mi300x, ...); overrides meta.json.")
+@click.option("--gpus", "--tp", "gpus", type=click.IntRange(min=1), help="GPUs the model is sharded over.")
+@click.option("--weight-dtype", help="Weight dtype for --model (bf16, fp8, int4, ...).")
+@click.option("--kv-dtype", help="KV-cache dtype for --model (bf16, fp8, ...).")
+@click.option("--threshold", "thresholds", multiple=True, metavar="NAME=VALUE",
+              help="Change a verdict or finding threshold, e.g. supported_share=0.4 (names in "
+                   "docs/findings.md).")
+def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], model: str | None,
+            gpu: str | None, gpus: int | None, weight_dtype: str | None, kv_dtype: str | None,
+            thresholds: tuple[str, ...]) -> int:
+    """Attribute each request's latency and say which story about it is wrong.
+
+    TRACES are trace directories, or directories of traces (one per server);
+    several are analysed per trace and together. Components follow the
+    attribution rule of docs/trace-format.md (network, queue, tokenize,
+    preprocess, prefill, decode, detokenize, postprocess, other); TTFT, ITL and
+    TPOT follow vLLM bench serve. Decode is fitted against KV length and, when
+    model and GPU are known (meta.json or --model/--gpu), compared with the
+    memory-bandwidth roofline. Findings quote the measured numbers
+    (docs/findings.md). Exit 0, or 3 when a trace cannot be analysed.
+    """
+    import analyzers
+
+    th = analyzers.Thresholds().with_overrides(dict(analyzers.parse_threshold(t) for t in thresholds))
+    a = analyzers.analyze(list(traces), model=model, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype,
+                          kv_dtype=kv_dtype, claims=list(claims), thresholds=th)
+    doc = a.to_json()
+    for w in doc["warnings"]:
+        warn(w)
+    if doc["itl_ms"]["n"] == 0 and doc["ttft_ms"]["n"] == 0:
+        warn("note: no token rows with a start to measure from: TTFT, ITL and TPOT are not measured")
+    if as_json:
+        emit_json(doc)
+    else:
+        _report(doc)
+    return 0
+
+
+def _report(doc: dict[str, Any]) -> None:
+    echo = click.echo
+    traces = doc["traces"]
+    where = traces[0]["path"] if len(traces) == 1 else f"{len(traces)} traces"
+    failed = f", {doc['failed_requests']:,} failed" if doc["failed_requests"] else ""
+    echo(f"{where}: {doc['requests']:,} requests{failed}, {doc['decode']['output_tokens'] or 0:,} tokens")
+    roof = doc["decode"]["roofline"]
+    if roof:
+        echo(f"model {roof['model']} on {roof['gpu_count']}x {roof['gpu']} ({roof['source']})")
+    echo("")
+    echo("where the time went (mean per request; share of summed e2e)")
+    for name, c in doc["components"].items():
+        if not c["measured"]:
+            echo(f"  {name:<12} {'not measured':>10}")
+            continue
+        bar = "█" * round((c["share"] or 0) * 30)
+        mark = "  ◀ bottleneck" if name == doc["bottleneck"] else ""
+        echo(f"  {name:<12} {fmt_ms(c['ms']):>10} {fmt_pct(c['share']):>8}  {bar}{mark}")
+    echo("")
+    echo(f"  {'latency':<8} {'clock':<7} {'n':>9} {'mean':>10} {'p50':>10} {'p90':>10} {'p95':>10} {'p99':>10}")
+    for key in ("e2e", "ttft", "itl", "tpot"):
+        p = doc[f"{key}_ms"]
+        echo(f"  {key:<8} {p['clock'] or '-':<7} {p['n']:>9,} " + " ".join(
+            f"{fmt_ms(p[q]):>10}" for q in ("mean", "p50", "p90", "p95", "p99")))
+    d = doc["decode"]
+    echo("")
+    if d["per_request_tok_s"] is not None:
+        agg = f"{d['aggregate_tok_s']:,.0f}" if d["aggregate_tok_s"] is not None else "-"
+        echo(f"decode   {d['per_request_tok_s']:,.1f} tok/s per request · {agg} tok/s aggregate")
+    fit = d["fit"]
+    if fit:
+        echo(f"  fit    {fit['basis']} = {fmt_ms(fit['base_ms'], 2)} + {fit['per_1k_kv_ms']:.3f} ms per 1k KV "
+             f"(r² {fit['r2'] if fit['r2'] is None else round(fit['r2'], 2)}, {fit['n']:,} tokens, "
+             f"kv {fit['kv_len_min']:,}-{fit['kv_len_max']:,})")
+    if roof:
+        echo(f"  roofline ideal {fmt_ms(roof['ideal_step_ms'], 2)} vs measured {fmt_ms(roof['measured_step_ms'], 2)}"
+             f" → {fmt_pct(roof['bandwidth_efficiency'])} of peak bandwidth")
+    elif d["roofline_note"]:
+        echo(f"  roofline: none ({d['roofline_note']})")
+    if doc["findings"]:
+        echo("")
+        echo("findings")
+        for f in doc["findings"]:
+            echo(f"  {_SEVERITY_MARK.get(f['severity'], '-')} {f['id']}: {f['title']}")
+            echo(f"      {f['detail']}")
+    if doc["claims"]:
+        echo("")
+        echo("claims")
+        for c in doc["claims"]:
+            echo(f"  {_VERDICT_MARK.get(c['verdict'], '-')} \"{c['claim']}\": {c['verdict']} "
+                 f"({fmt_pct(c['share'])} of e2e)")
+            echo(f"      {c['detail']}")
+    if len(traces) > 1:
+        echo("")
+        echo(f"  {'trace':<24} {'requests':>9} {'e2e p50':>10} {'ttft p50':>10} {'itl p50':>10}  bottleneck")
+        for t in traces:
+            echo(f"  {t['trace'][:24]:<24} {t['requests']:>9,} {fmt_ms(t['e2e_ms']['p50']):>10} "
+                 f"{fmt_ms(t['ttft_ms']['p50']):>10} {fmt_ms(t['itl_ms']['p50']):>10}  {t['bottleneck'] or '-'}")
+
+
+@click.command()
+@click.option("--model", required=True, help="Model preset (llama-3.1-8b, llama-3.1-70b, qwen2.5-72b, "
+                                              "deepseek-v3, ...) or a local Hugging Face config.json.")
+@click.option("--gpu", required=True, help="GPU preset (a100-80gb, h100-sxm, h200, b200, mi300x, l4, ...).")
+@click.option("--tp", type=int, default=1, show_default=True, help="GPUs the model is sharded over.")
+@click.option("--weight-dtype", default="bf16", show_default=True, help="bf16, fp8, int8, int4, ...")
+@click.option("--kv-dtype", default="bf16", show_default=True, help="KV-cache dtype: bf16, fp8, ...")
+@click.option("--batch", type=int, default=1, show_default=True, help="Sequences decoding together.")
+@click.option("--prompt", type=int, default=1024, show_default=True, help="Prompt tokens.")
+@click.option("--output", type=int, default=256, show_default=True, help="Output tokens.")
+@click.option("--efficiency", type=float, default=0.7, show_default=True,
+              help="Achieved share of peak memory bandwidth in decode (0.55-0.85 typical).")
+@click.option("--prefill-efficiency", type=float, default=0.5, show_default=True,
+              help="Achieved share of peak FLOP/s in prefill.")
+@click.option("--rtt-ms", type=float, default=1.0, show_default=True,
+              help="Network round trip, ms (same region 0.25-3, cross-region 25-250).")
+@json_option
+def estimate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, batch: int, prompt: int,
+             output: int, efficiency: float, prefill_efficiency: float, rtt_ms: float, as_json: bool) -> int:
+    """Napkin math without a trace: expected decode step, prefill, TTFT and e2e.
+
+    Decode streams weights plus the KV cache each step: step = (weight bytes +
+    batch x kv_len x KV bytes/token) / (bandwidth x tp), divided by
+    --efficiency. Prefill: 2 x params x prompt FLOPs plus attention, at the
+    GPU's peak for the weight dtype. Components use analyze's vocabulary.
+    """
+    import analyzers
+
+    e = analyzers.estimate(model, gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, batch=batch,
+                           prompt=prompt, output=output, efficiency=efficiency,
+                           prefill_efficiency=prefill_efficiency, rtt_ms=rtt_ms)
+    if as_json:
+        emit_json(e.to_json())
+        return 0
+    echo = click.echo
+    echo(f"{e.model} on {e.tp}x {e.gpu}, weights {e.weight_dtype}, KV {e.kv_dtype}, batch {e.batch}, "
+         f"prompt {e.prompt:,}, output {e.output:,}")
+    echo(f"  weights read per step   {e.weight_bytes / 1e9:,.2f} GB ({e.weight_bytes_per_gpu / 1e9:,.2f} GB per GPU)")
+    echo(f"  KV cache per step       {e.kv_bytes_per_gpu * e.tp / 1e9:,.2f} GB at mean kv_len {e.kv_len_mean:,.0f} "
+         f"({e.kv_bytes_per_token:,.0f} B/token)")
+    echo(f"  decode step             {e.decode_step_ms_ideal:.2f} ms ideal ({e.decode_bound}-bound), "
+         f"{e.decode_step_ms:.2f} ms at {e.efficiency:.0%} → {e.per_request_tok_s:,.0f} tok/s per request, "
+         f"{e.aggregate_tok_s:,.0f} tok/s aggregate")
+    echo(f"  prefill                 {e.prefill_flops:.3g} FLOP: {fmt_ms(e.prefill_ms_ideal, 2)} ideal, "
+         f"{fmt_ms(e.prefill_ms, 2)} at {e.prefill_efficiency:.0%}")
+    echo(f"  TTFT {fmt_ms(e.ttft_ms, 2)} · e2e {fmt_ms(e.e2e_ms, 2)}")
+    for name, c in e.components.items():
+        if c["ms"] > 0:
+            echo(f"    {name:<12} {fmt_ms(c['ms'], 2):>10} {fmt_pct(c['share']):>8}")
+    for n in e.notes:
+        echo(f"  note: {n}")
+    return 0
