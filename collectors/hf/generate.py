@@ -317,6 +317,8 @@ def _record(tr: _Tracker, th: dict[str, Any], hooks: Any, model: Any, args: tupl
             for r in range(batch):
                 rows[r].append((t, None))
     eos = _eos_ids(model, kwargs)
+    # encoder-decoder: the decoder attends over its own outputs, not the prompt; the convention does not apply
+    enc_dec = bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
     cols: dict[str, list[Any]] = {k: [] for k in ("request_id", "index", "emit_ns", "kv_len", "step_start_ns",
                                                   "step_end_ns", "batch_size", "step_id")}
     for r, (o, toks) in enumerate(zip(last.requests, rows, strict=True)):
@@ -332,7 +334,7 @@ def _record(tr: _Tracker, th: dict[str, Any], hooks: Any, model: Any, args: tupl
             cols["request_id"].append(o.request_id)
             cols["index"].append(i)
             cols["emit_ns"].append(t)
-            cols["kv_len"].append(prompt[r] + i)
+            cols["kv_len"].append(None if enc_dec else prompt[r] + i)
             cols["step_start_ns"].append(None if s is None else s.start_ns)
             cols["step_end_ns"].append(None if s is None else s.end_ns)
             cols["batch_size"].append(None if s is None else s.batch)

@@ -18,6 +18,9 @@ from typing import Any
 from collectors.hf.generate import AUTO, _Last, _local, _Tokenize, _tracker, span_for
 from collectors.recorder import Recorder, current_request, now_ns
 
+#: Span name of tokenizer decodes made while ``generate`` runs (e.g. by a TextStreamer).
+STREAM_DETOKENIZE = "stream.detokenize"
+
 
 def _recorder_for(tok: Any) -> Recorder | None:
     rec = tok.__dict__.get("_tracetool_recorder") or AUTO.get("recorder")
@@ -71,8 +74,11 @@ def _on_detokenize(rec: Recorder, start: int, end: int, args: tuple[Any, ...], k
     tr = _tracker(rec)
     th = tr._thread()
     active: _Last | None = th["active"]
-    if active is not None:  # a streamer decoding inside generate
-        targets = active.requests
+    name = "detokenize"
+    if active is not None:
+        # a streamer decoding inside generate: that time is inside the decode span already, so it
+        # gets a name the attribution does not add up as a phase (no double counting)
+        targets, name = active.requests, STREAM_DETOKENIZE
     else:
         cur = current_request()
         if cur is not None:
@@ -84,7 +90,7 @@ def _on_detokenize(rec: Recorder, start: int, end: int, args: tuple[Any, ...], k
         arg = args[0] if args else kwargs.get("token_ids", kwargs.get("sequences"))
         targets = [last.requests[r] for r in _decode_rows(last, arg)]
     for o in targets:
-        span_for(rec, "detokenize", start, end, o.request_id)
+        span_for(rec, name, start, end, o.request_id)
         o.end_ns = max(o.end_ns, end)
 
 

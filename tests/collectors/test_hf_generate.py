@@ -147,6 +147,20 @@ def test_user_streamer_still_receives_every_put(hf: Any, recorder: Any, read: An
     assert read(rec).rows("tokens") == 5
 
 
+def test_decodes_inside_generate_do_not_count_as_detokenize(hf: Any, recorder: Any, read: Any) -> None:
+    from transformers import TextStreamer
+
+    model, tok = hf
+    rec = recorder()
+    instrument_hf(model, tok, rec)
+    enc = tok("Notes on rivers", return_tensors="pt")
+    out = model.generate(**enc, max_new_tokens=4, min_new_tokens=4, streamer=TextStreamer(tok))
+    tok.decode(out[0])
+    names = Counter(s["name"] for s in read(rec).table("spans").to_pylist())
+    assert names["detokenize"] == 1 and names["stream.detokenize"] >= 4
+    assert names["decode"] == 1
+
+
 def test_beam_search_records_tokens_from_steps(hf: Any, recorder: Any, read: Any) -> None:
     model, tok = hf
     rec = recorder()
