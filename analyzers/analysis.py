@@ -119,6 +119,7 @@ class Analysis:
                                "measured": bool(comps[c]["measured"]), "requests": comps[c]["requests"]}
                            for c in COMPONENTS if c in comps},
             "bottleneck": s.get("bottleneck"),
+            "headline": s.get("headline"),
             "decode": {
                 "per_request_tok_s": _num(tp.get("per_request_tok_s")),
                 "aggregate_tok_s": _num(tp.get("aggregate_tok_s")),

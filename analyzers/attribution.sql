@@ -136,9 +136,11 @@ c AS (
         preprocess_ns / 1e6 AS preprocess_ms, prefill_ns / 1e6 AS prefill_ms,
         decode_ns / 1e6 AS decode_ms, detokenize_ns / 1e6 AS detokenize_ms,
         postprocess_ns / 1e6 AS postprocess_ms,
-        greatest(server_ns - (coalesce(queue_ns, 0) + coalesce(tokenize_ns, 0) + coalesce(preprocess_ns, 0)
-            + coalesce(prefill_ns, 0) + coalesce(decode_ns, 0) + coalesce(detokenize_ns, 0)
-            + coalesce(postprocess_ns, 0)), 0) / 1e6 AS other_ms,
+        -- greatest() skips nulls in DuckDB: without server.request, other stays null
+        CASE WHEN server_ns IS NOT NULL THEN
+            greatest(server_ns - (coalesce(queue_ns, 0) + coalesce(tokenize_ns, 0) + coalesce(preprocess_ns, 0)
+                + coalesce(prefill_ns, 0) + coalesce(decode_ns, 0) + coalesce(detokenize_ns, 0)
+                + coalesce(postprocess_ns, 0)), 0) / 1e6 END AS other_ms,
         server_ns / 1e6 AS server_ms,
         _ttft_ns / 1e6 AS ttft_ms, ttft_source,
         CASE WHEN _out >= 2 AND _ttft_ns IS NOT NULL THEN

@@ -71,9 +71,9 @@ v AS (
         CASE
             WHEN key = 'compute-bound' THEN CASE
                 WHEN NOT roofline_available OR compute_to_memory IS NULL THEN
-                    'no roofline (' || coalesce(roofline_note, 'model or GPU unknown') || '); on CPU and small '
-                    || 'models compute and host overhead per step are comparable to memory traffic, so measure '
-                    || 'on the GPU with --model and --gpu'
+                    CASE WHEN hardware_kind = 'cpu' THEN coalesce(roofline_note, 'a CPU run: no GPU roofline')
+                         ELSE 'no roofline (' || coalesce(roofline_note, 'model or GPU unknown')
+                              || '): pass --model and --gpu' END
                 ELSE 'a decode step needs ' || _ms(ideal_step_ms) || ' to stream weights and KV cache but '
                     || _ms(ideal_step_ms * compute_to_memory) || ' for its FLOPs (' || _f(compute_to_memory, 2)
                     || 'x); measured ' || _ms(measured_step_ms) || ' = ' || _pct(bandwidth_efficiency)

@@ -6,16 +6,6 @@
 -- Each detail quotes the measured numbers. Ids are stable: docs/findings.md
 -- lists them and a test keeps the two equal.
 
-CREATE OR REPLACE MACRO _ms(x) AS coalesce(CASE
-    WHEN abs(x) >= 1000 THEN printf('%.2f s', x / 1000)
-    WHEN abs(x) >= 10 THEN printf('%.1f ms', x)
-    WHEN abs(x) >= 0.1 THEN printf('%.2f ms', x)
-    ELSE printf('%.1f us', x * 1000) END, '-');
-CREATE OR REPLACE MACRO _pct(x) AS coalesce(CASE WHEN x > 0 AND x < 0.001 THEN printf('%.3f %%', x * 100)
-    ELSE printf('%.1f %%', x * 100) END, '-');
-CREATE OR REPLACE MACRO _n(x) AS coalesce(format('{:,.0f}', x::DOUBLE), '-');
-CREATE OR REPLACE MACRO _f(x, d) AS coalesce(printf('%.' || d || 'f', x), '-');
-
 -- @table findings_catalogue
 -- Every finding the analyzer can report: stable id, severity, title, and when it fires.
 -- @column ordinal: Position in the catalogue (report order within a severity).

@@ -1,6 +1,18 @@
 -- Module summary: the key numbers of an analysis in one row, the evidence that
 -- findings and claim verdicts quote. Nothing new is measured here; every column
--- is read from another module's table.
+-- is read from another module's table. The _ms/_pct/_n/_f macros format numbers
+-- for the texts of findings and claims.
+
+CREATE OR REPLACE MACRO _ms(x) AS coalesce(CASE
+    WHEN abs(x) >= 1000 THEN printf('%.2f s', x / 1000)
+    WHEN abs(x) >= 10 THEN printf('%.1f ms', x)
+    WHEN abs(x) >= 0.1 THEN printf('%.2f ms', x)
+    ELSE printf('%.1f us', x * 1000) END, '-');
+CREATE OR REPLACE MACRO _pct(x) AS coalesce(CASE WHEN x > 0 AND x < 0.001 THEN printf('%.3f %%', x * 100)
+    ELSE printf('%.1f %%', x * 100) END, '-');
+CREATE OR REPLACE MACRO _n(x) AS coalesce(format('{:,.0f}', x::DOUBLE), '-');
+CREATE OR REPLACE MACRO _f(x, d) AS coalesce(printf('%.' || d || 'f', x), '-');
+
 
 -- @table summary_numbers
 -- One row of headline numbers (nulls where the trace cannot say).
@@ -76,12 +88,14 @@
 -- @column cpu_top_busy_share: Its share of non-idle samples, 0..1.
 -- @column cpu_tokenize_busy_share: Tokenize share of non-idle samples, 0..1.
 -- @column dropped_rows: Rows the recorder dropped (meta.json dropped_rows), summed over traces (count).
+-- @column headline: Where the time went, in one sentence with its numbers.
 CREATE OR REPLACE TEMP TABLE summary_numbers AS
 WITH r AS (SELECT * FROM attribution_requests WHERE ok),
 c AS (SELECT * FROM attribution_components),
 fit AS (SELECT * FROM decode_fit WHERE level = 'all'),
-cs AS (SELECT * FROM stacks_categories)
-SELECT
+cs AS (SELECT * FROM stacks_categories),
+n AS (SELECT
+    (SELECT p50_ms FROM latency_percentiles WHERE metric = 'ttft') AS ttft_p50,
     (SELECT count(*) FROM _traces) AS traces,
     (SELECT count(*) FROM attribution_requests) AS requests,
     (SELECT count(*) FROM attribution_requests WHERE NOT ok) AS failed_requests,
@@ -160,4 +174,13 @@ SELECT
     (SELECT category FROM cs WHERE busy_share IS NOT NULL ORDER BY samples DESC, category LIMIT 1) AS cpu_top_category,
     (SELECT busy_share FROM cs WHERE busy_share IS NOT NULL ORDER BY samples DESC, category LIMIT 1) AS cpu_top_busy_share,
     (SELECT busy_share FROM cs WHERE category = 'tokenize') AS cpu_tokenize_busy_share,
-    (SELECT coalesce(sum(dropped_rows), 0) FROM _traces) AS dropped_rows;
+    (SELECT coalesce(sum(dropped_rows), 0) FROM _traces) AS dropped_rows
+)
+SELECT * EXCLUDE (ttft_p50),
+    CASE WHEN bottleneck IS NULL THEN 'no component of e2e is measured'
+         ELSE bottleneck || ' is the bottleneck: ' || _pct(bottleneck_share) || ' of e2e (mean '
+              || _ms(e2e_mean_ms) || ' over ' || _n(e2e_requests) || ' requests)'
+              || CASE WHEN ttft_p50 IS NOT NULL THEN '; TTFT p50 ' || _ms(ttft_p50) ELSE '' END
+              || CASE WHEN itl_p50_ms IS NOT NULL THEN ', ITL p50 ' || _ms(itl_p50_ms) ELSE '' END
+    END AS headline
+FROM n;

@@ -75,6 +75,7 @@ def _report(doc: dict[str, Any]) -> None:
     roof = doc["decode"]["roofline"]
     if roof:
         echo(f"model {roof['model']} on {roof['gpu_count']}x {roof['gpu']} ({roof['source']})")
+    echo(doc["headline"])
     echo("")
     echo("where the time went (mean per request; share of summed e2e)")
     for name, c in doc["components"].items():
@@ -97,9 +98,10 @@ def _report(doc: dict[str, Any]) -> None:
         echo(f"decode   {d['per_request_tok_s']:,.1f} tok/s per request · {agg} tok/s aggregate")
     fit = d["fit"]
     if fit:
-        echo(f"  fit    {fit['basis']} = {fmt_ms(fit['base_ms'], 2)} + {fit['per_1k_kv_ms']:.3f} ms per 1k KV "
-             f"(r² {fit['r2'] if fit['r2'] is None else round(fit['r2'], 2)}, {fit['n']:,} tokens, "
-             f"kv {fit['kv_len_min']:,}-{fit['kv_len_max']:,})")
+        sign = "-" if fit["per_1k_kv_ms"] < 0 else "+"
+        r2 = "-" if fit["r2"] is None else f"{fit['r2']:.2f}"
+        echo(f"  fit    {fit['basis']} = {fmt_ms(fit['base_ms'], 2)} {sign} {abs(fit['per_1k_kv_ms']):.3f} ms per 1k KV "
+             f"(r² {r2}, {fit['n']:,} tokens, kv {fit['kv_len_min']:,}-{fit['kv_len_max']:,})")
     if roof:
         echo(f"  roofline ideal {fmt_ms(roof['ideal_step_ms'], 2)} vs measured {fmt_ms(roof['measured_step_ms'], 2)}"
              f" → {fmt_pct(roof['bandwidth_efficiency'])} of peak bandwidth")

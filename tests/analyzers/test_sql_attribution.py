@@ -1,0 +1,86 @@
+"""Diff tests of attribution.sql and latency.sql on the toy trace (values computed by hand).
+
+Request a: client.request 150 ms, server.request 120 ms (network 30), queue 10,
+tokenize 2, prefill 28, decode 60, postprocess 5 -> other 120 - 105 = 15;
+token 0 reaches the client 65 ms after the request started (TTFT), 4 tokens ->
+TPOT (150 - 65) / 3. Request b: server only, 100 ms, prefill 40, decode 40 ->
+other 20; token 0 at 240 ms, 40 ms after server.request started; TPOT (100 - 40) / 2.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import rows
+
+
+def test_attribution_requests_by_the_rule(toy_con: Any) -> None:
+    got = {r["request_id"]: r for r in rows(toy_con, "SELECT * FROM attribution_requests")}
+    a, b = got["a"], got["b"]
+    assert a == {
+        "trace": "toy", "request_id": "a", "ok": True, "e2e_ms": 150.0, "e2e_source": "client",
+        "network_ms": 30.0, "queue_ms": 10.0, "tokenize_ms": 2.0, "preprocess_ms": None, "prefill_ms": 28.0,
+        "decode_ms": 60.0, "detokenize_ms": None, "postprocess_ms": 5.0, "other_ms": 15.0, "server_ms": 120.0,
+        "ttft_ms": 65.0, "ttft_source": "client", "tpot_ms": pytest.approx(85 / 3), "itl_mean_ms": 20.0,
+        "output_tokens": 4, "prompt_tokens": None, "decode_tok_s": pytest.approx(3000 / 85),
+        "start_ns": 10_000_000, "end_ns": 130_000_000, "bottleneck": "decode"}
+    assert (b["e2e_ms"], b["e2e_source"], b["network_ms"], b["other_ms"]) == (100.0, "server", None, 20.0)
+    assert (b["ttft_ms"], b["ttft_source"], b["tpot_ms"], b["output_tokens"]) == (40.0, "server", 30.0, 3)
+    assert b["queue_ms"] is None and b["tokenize_ms"] is None, "no span means not measured, not zero"
+    assert b["bottleneck"] == "prefill", "a tie (prefill 40, decode 40) goes to the earlier component"
+
+
+def test_components_shares_and_measured(toy_con: Any) -> None:
+    got = {r["component"]: r for r in rows(toy_con, "SELECT * FROM attribution_components")}
+    # sum of e2e = 250 ms
+    expect = {"network": (True, 1, 30.0, 0.12), "queue": (True, 1, 10.0, 0.04),
+              "tokenize": (True, 1, 2.0, 0.008), "preprocess": (False, 0, None, None),
+              "prefill": (True, 2, 34.0, 0.272), "decode": (True, 2, 50.0, 0.4),
+              "detokenize": (False, 0, None, None), "postprocess": (True, 1, 5.0, 0.02),
+              "other": (True, 2, 17.5, 0.14)}
+    for name, (measured, n, ms, share) in expect.items():
+        r = got[name]
+        assert (r["measured"], r["requests"]) == (measured, n), name
+        assert r["ms"] == (pytest.approx(ms) if ms is not None else None), name
+        assert r["share"] == (pytest.approx(share) if share is not None else None), name
+    assert [n for n, r in got.items() if r["bottleneck"]] == ["decode"]
+    assert list(got) == ["network", "queue", "tokenize", "preprocess", "prefill", "decode", "detokenize",
+                         "postprocess", "other"]
+    assert sum(r["share"] or 0 for r in got.values()) == pytest.approx(1.0)
+
+
+def test_latency_percentiles_interpolate_like_numpy(toy_con: Any) -> None:
+    got = {r["metric"]: r for r in rows(toy_con, "SELECT * FROM latency_percentiles")}
+    assert list(got) == ["e2e", "ttft", "itl", "tpot"]
+    assert got["e2e"] == {"metric": "e2e", "clock": "mixed", "n": 2, "mean_ms": 125.0, "p50_ms": 125.0,
+                          "p90_ms": 145.0, "p95_ms": 147.5, "p99_ms": 149.5}
+    assert (got["ttft"]["n"], got["ttft"]["mean_ms"], got["ttft"]["p90_ms"]) == (2, 52.5, 62.5)
+    # ITL: a's client gaps 20, 22, 18 and b's server gaps 20, 20 (index 0 has none)
+    itl = got["itl"]
+    assert (itl["n"], itl["clock"], itl["mean_ms"], itl["p50_ms"]) == (5, "mixed", 20.0, 20.0)
+    assert itl["p90_ms"] == pytest.approx(21.2) and itl["p95_ms"] == pytest.approx(21.6)
+    assert itl["p99_ms"] == pytest.approx(21.92)
+    assert got["tpot"]["mean_ms"] == pytest.approx((85 / 3 + 30) / 2)
+
+
+def test_failed_requests_are_left_out_of_aggregates(tmp_path: Any) -> None:
+    import pyarrow as pa
+    from analyzer_scenarios import Req, scenario
+
+    import analyzers
+
+    p = scenario(tmp_path / "t", [Req(output=5, prefill=10), Req(output=5, prefill=1000)])
+    pa_req = pa.table({"request_id": ["req-001"], "status": ["error"], "error": ["boom"]})
+    from analyzer_scenarios import write_stream
+
+    write_stream(p / "requests.arrows", pa_req)
+    con = analyzers.connect([p])
+    assert rows(con, "SELECT request_id, ok FROM attribution_requests ORDER BY 1") == [
+        {"request_id": "req-000", "ok": True}, {"request_id": "req-001", "ok": False}]
+    e2e = rows(con, "SELECT n FROM latency_percentiles WHERE metric = 'e2e'")[0]["n"]
+    prefill = rows(con, "SELECT ms FROM attribution_components WHERE component = 'prefill'")[0]["ms"]
+    assert (e2e, prefill) == (1, 10.0)
+    assert rows(con, "SELECT gaps FROM tokens_gap_stats")[0]["gaps"] == 4
+    ids = [r["id"] for r in rows(con, "SELECT id FROM findings")]
+    assert "failed-requests" in ids
