@@ -153,7 +153,7 @@ def _spans(client: Trace, server: Trace, client_only: set[str], shift: int) -> p
         if est.num_rows:
             for col in ("start_ns", "end_ns"):
                 est = est.set_column(schema.get_field_index(col), col, pc.add(est.column(col), shift))
-            parts.append(est)
+            parts.append(est.cast(schema))
     return pa.concat_tables(parts)
 
 

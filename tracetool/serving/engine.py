@@ -128,8 +128,11 @@ class Engine:
 
     def start(self) -> Engine:
         try:
-            from collectors.torch_hooks import instrument
+            from collectors.torch_hooks import handle_of, instrument, uninstrument
 
+            old = handle_of(self.model)
+            if old is not None and old.recorder is not self.recorder:
+                uninstrument(old)  # instrumented for another trace (a previous engine): ours now
             self._hooks = instrument(self.model, self.recorder)
         except Exception as e:  # the engine records its own steps then
             say_once("engine-hooks", f"torch hooks unavailable ({type(e).__name__}: {e}); "
@@ -146,6 +149,10 @@ class Engine:
             self._cv.notify_all()
         if self._thread is not None:
             self._thread.join(timeout_s)
+        if self._hooks is not None:
+            from collectors.torch_hooks import uninstrument
+
+            self.recorder.guard(uninstrument, self._hooks, where="engine close")
         with self._cv:
             left = list(self._waiting) + list(self._batch.members) + list(self._solo)
             self._waiting.clear()

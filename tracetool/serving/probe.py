@@ -95,6 +95,7 @@ class RequestResult:
     finish_reason: str | None = None
     done: bool = False
     reached: bool = False
+    unreachable: bool = False
 
     @property
     def ok(self) -> bool:
@@ -162,6 +163,9 @@ class Prober:
         self.finished = 0
         self.failed = 0
         self.recorder: Any = None
+        self.models_listed = False
+        #: requests in flight, by index (what has arrived of them so far)
+        self.live: dict[int, RequestResult] = {}
         self._t0 = time.monotonic()
 
     # -- the run ------------------------------------------------------------------------
@@ -215,7 +219,9 @@ class Prober:
             raise BadInput(f"{url} answered HTTP {resp.status_code}; pass --model NAME")
         try:
             data = resp.json()["data"]
-            return str(data[0]["id"])
+            model = str(data[0]["id"])
+            self.models_listed = True
+            return model
         except (ValueError, KeyError, IndexError, TypeError) as e:
             raise BadInput(f"{url} did not list a model; pass --model NAME") from e
 
@@ -223,9 +229,11 @@ class Prober:
         async with sem:
             self.in_flight += 1
             r = RequestResult(i, uuid.uuid4().hex, len(prompt))
+            self.live[i] = r
             try:
                 await self._request(client, r, prompt, model)
             finally:
+                del self.live[i]
                 self.in_flight -= 1
                 self.finished += 1
                 self.failed += 0 if r.ok else 1
@@ -270,8 +278,9 @@ class Prober:
             r.fail(f"timeout after {self.cfg.timeout_s:g} s")
         except MalformedStream as e:
             r.fail(f"malformed SSE: {e}")
-        except httpx.ConnectError as e:
+        except (httpx.ConnectError, httpx.ConnectTimeout) as e:
             r.fail(f"connect failed: {_one_line(e)}")
+            r.unreachable = True
         except (httpx.RemoteProtocolError, httpx.ReadError) as e:
             where = "mid-stream" if r.http_status is not None else "before the response"
             r.fail(f"connection closed {where}: {_one_line(e)}")
@@ -484,7 +493,7 @@ def run_probe(cfg: ProbeConfig) -> ProbeResult:
         raise UsageError("--rate must be > 0 requests/s")
     prober = Prober(cfg)
     result = asyncio.run(prober.run())
-    if not any(r.reached for r in result.results):
+    if not prober.models_listed and all(r.unreachable for r in result.results):
         first = next((r.error for r in result.results if r.error), "no response")
         raise BadInput(f"nothing could be reached at {result.base_url}: {first}")
     return result

@@ -1,0 +1,125 @@
+"""The delay proxy on a real socket, and merge on tiny inline traces with exact expected values."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from tests.conftest import make_trace, spans_table
+from tracetool.merge import merge_traces
+from tracetool.reader import open_trace
+from tracetool.serving.proxy import DelayProxy
+
+MS = 1_000_000
+
+
+def echo_server() -> tuple[socket.socket, int]:
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            while data := conn.recv(65536):
+                conn.sendall(data)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv, srv.getsockname()[1]
+
+
+def test_proxy_adds_the_round_trip_and_keeps_bytes() -> None:
+    srv, port = echo_server()
+    with DelayProxy(("127.0.0.1", port), rtt_ms=60) as proxy, \
+            socket.create_connection(("127.0.0.1", proxy.port)) as c:
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        rtts = []
+        for i in range(3):
+            payload = f"ping {i} ".encode() * 1000
+            t = time.perf_counter()
+            c.sendall(payload)
+            got = b""
+            while len(got) < len(payload):
+                got += c.recv(65536)
+            rtts.append((time.perf_counter() - t) * 1000)
+            assert got == payload
+    srv.close()
+    assert all(60 <= r < 60 * 1.5 for r in rtts), rtts
+
+
+def test_proxy_rejects_bad_settings() -> None:
+    with pytest.raises(ValueError):
+        DelayProxy(("127.0.0.1", 1), rtt_ms=-1)
+
+
+def _client(tmp: Path) -> Path:
+    # r1: client.request 0..100 ms, two chunks; r2: client only (the server trace missed it)
+    spans = spans_table([("r1", "client.request", 0, 100 * MS, "client"),
+                         ("r1", "server.request", 10 * MS, 90 * MS, "server"),  # estimate, to be replaced
+                         ("r2", "client.request", 0, 50 * MS, "client"),
+                         ("r2", "server.request", 5 * MS, 45 * MS, "server")])
+    tokens = pa.table({"request_id": ["r1", "r1", "r2"], "index": pa.array([0, 1, 0], pa.int32()),
+                       "emit_ns": [30 * MS, 60 * MS, 20 * MS], "client_recv_ns": [40 * MS, 70 * MS, 25 * MS]})
+    requests = pa.table({"request_id": ["r1", "r2"], "status": ["error", "ok"], "error": ["cut", None]})
+    meta = {"clocks": {"client": "probe clock"}}
+    return make_trace(tmp / "client", {"spans": spans, "tokens": tokens, "requests": requests}, meta)
+
+
+def _server(tmp: Path, tokens_r1: int) -> Path:
+    # r1 on the server clock (1000 s later): received at +1000.004 s, answered in 90 ms
+    base = 1000_000 * MS
+    spans = spans_table([("r1", "server.request", base + 4 * MS, base + 94 * MS, "server"),
+                         ("r1", "decode", base + 30 * MS, base + 60 * MS, "server"),
+                         ("r3", "server.request", base, base + 1 * MS, "server")])
+    emits = [base + 30 * MS, base + 45 * MS, base + 60 * MS][:tokens_r1]
+    tokens = pa.table({"request_id": ["r1"] * tokens_r1, "index": pa.array(range(tokens_r1), pa.int32()),
+                       "emit_ns": emits})
+    requests = pa.table({"request_id": ["r1"], "prompt_tokens": pa.array([7], pa.int32()), "status": ["ok"]})
+    return make_trace(tmp / "server", {"spans": spans, "tokens": tokens, "requests": requests},
+                      {"model": {"name": "m"}})
+
+
+def test_merge_joins_offsets_and_receipts(tmp_path: Path) -> None:
+    rep = merge_traces(_client(tmp_path), _server(tmp_path, 2), tmp_path / "out")
+    assert (rep.client_requests, rep.server_requests, rep.joined, rep.client_only, rep.server_only) == (2, 2, 1, 1, 1)
+    t = open_trace(tmp_path / "out")
+    base = 1000_000 * MS
+    off = t.table("clock_offsets").to_pylist()
+    # t1=0, t4=100ms (client); t2=base+4ms, t3=base+94ms (server): NTP offset and round-trip network
+    assert off == [{"request_id": "r1", "offset_ns": ((base + 4 * MS) + (base + 94 * MS - 100 * MS)) // 2,
+                    "network_ns": 10 * MS}]
+    spans = {(s["request_id"], s["name"], s["clock"]): s for s in t.table("spans").to_pylist()}
+    assert spans[("r1", "server.request", "server")]["start_ns"] == base + 4 * MS  # the server's, not the estimate
+    assert sum(1 for k in spans if k[:2] == ("r1", "server.request")) == 1
+    shifted = spans[("r2", "server.request", "server")]  # client-only: estimate moved onto the server clock
+    assert shifted["start_ns"] == 5 * MS + off[0]["offset_ns"]
+    recv = {(r["request_id"], r["index"]): r["client_recv_ns"] for r in t.table("tokens").to_pylist()}
+    assert recv[("r1", 0)] == 40 * MS and recv[("r1", 1)] == 70 * MS  # same counts: by index
+    reqs = {r["request_id"]: r for r in t.table("requests").to_pylist()}
+    assert reqs["r1"]["prompt_tokens"] == 7 and reqs["r1"]["status"] == "error" and reqs["r1"]["error"] == "cut"
+    assert t.meta["model"] == {"name": "m"} and t.meta["clocks"]["client"] == "probe clock"
+    assert t.meta["merge"]["joined"] == 1
+
+
+def test_merge_maps_held_tokens_by_time(tmp_path: Path) -> None:
+    # three server tokens, two chunks: token 1's text came with chunk 2 (at 70 ms)
+    merge_traces(_client(tmp_path), _server(tmp_path, 3), tmp_path / "out")
+    t = open_trace(tmp_path / "out")
+    recv = {r["index"]: r["client_recv_ns"] for r in t.table("tokens").to_pylist() if r["request_id"] == "r1"}
+    assert recv == {0: 40 * MS, 1: 70 * MS, 2: 70 * MS}
+
+
+def test_merge_cli_errors(tmp_path: Path, cli) -> None:
+    server = _server(tmp_path, 2)
+    r = cli("merge", server, server, "-o", tmp_path / "o")
+    assert r.code == 3 and "not a client trace" in r.err
+    r = cli("merge", tmp_path / "missing", server, "-o", tmp_path / "o2")
+    assert r.code == 3 and r.err.count("\n") == 1
+    r = cli("merge", _client(tmp_path), server, "-o", tmp_path / "o3", "--json")
+    assert r.code == 0 and json.loads(r.out)["joined"] == 1

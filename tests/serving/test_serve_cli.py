@@ -1,0 +1,81 @@
+"""`tracetool serve` and `tracetool demo` as a user runs them: exit codes, shutdown, the demo's output."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import run_tracetool
+from tests.serving.conftest import MODEL, wait_ready
+from tracetool.reader import open_trace
+from tracetool.serving.demo import READY_PREFIX
+
+
+def test_serve_refuses_bad_setups_in_one_line(tmp_path: Path) -> None:
+    r = run_tracetool("serve", "--model", tmp_path / "no-such-model", "-o", tmp_path / "t1", "--port", "0")
+    assert r.returncode == 3 and "not a local model directory" in r.stderr and "Traceback" not in r.stderr
+    (tmp_path / "hub").mkdir()
+    r = run_tracetool("serve", "--model", tmp_path / "hub", "-o", tmp_path / "t2", "--port", "0")
+    assert r.returncode == 3 and "no config.json" in r.stderr
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    r = run_tracetool("serve", "-o", tmp_path / "t3", "--port", busy.getsockname()[1])
+    busy.close()
+    assert r.returncode == 2 and "cannot listen" in r.stderr
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    r = run_tracetool("serve", "-o", tmp_path / "full", "--port", "0")
+    assert r.returncode == 2 and "not empty" in r.stderr
+
+
+@pytest.mark.slow
+def test_sigint_stops_cleanly_and_closes_the_trace(tmp_path: Path) -> None:
+    out = tmp_path / "trace"
+    proc = subprocess.Popen([sys.executable, "-m", "tracetool", "serve", "--port", "0", "-o", str(out),
+                             "--threads", "1"], stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        while line and not line.startswith(READY_PREFIX):
+            line = proc.stderr.readline()
+        url = line[len(READY_PREFIX):].split()[0]
+        wait_ready(url)
+        r = httpx.post(f"{url}/completions", json={"model": MODEL, "prompt": "the bridge", "max_tokens": 3},
+                       headers={"X-Request-ID": "one"}, timeout=60)
+        assert r.status_code == 200 and "server;dur=" in r.headers["server-timing"]
+        proc.send_signal(signal.SIGINT)
+        rest = proc.stderr.read()
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "server stopped" in rest and "Traceback" not in rest
+    t = open_trace(out, strict=True)
+    assert t.meta["closed"] is True and t.meta["model"]["name"].startswith("tracetool-demo-llama")
+    assert t.table("requests").to_pylist()[0]["request_id"] == "one"
+    assert {"server.request", "tokenize", "queue", "prefill", "decode"} <= set(t.table("spans").column("name").to_pylist())
+
+
+@pytest.mark.slow
+def test_demo_writes_a_trace_and_prints_the_analysis(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    r = run_tracetool("demo", "--no-tui", "-o", out, "-n", "4", "--concurrency", "2", "--max-tokens", "4",
+                      "--prompt-tokens", "16", timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert "TTFT (ms)" in r.stdout and "TPOT (ms)" in r.stdout
+    assert "requests: 4 ok, 0 failed of 4" in r.stdout
+    assert "decode" in r.stdout and "network" in r.stdout  # where the time went
+    assert f"demo trace written to {out}" in r.stderr
+    v = run_tracetool("validate", out)
+    assert v.returncode == 0, v.stdout + v.stderr
+    t = open_trace(out)
+    assert t.meta["merge"]["joined"] == 4 and t.rows("clock_offsets") == 4
+    assert {"client.request", "server.request", "prefill", "decode"} <= set(t.table("spans").column("name").to_pylist())
