@@ -143,36 +143,50 @@ def demo_slope(points: tuple[int, ...], per_point: int) -> dict[str, Any]:
     xs: list[float] = []
     ys: list[float] = []
     with torch.no_grad():
-        for ctx in points:
-            cache = DynamicCache()
+        caches = []
+        for ctx in points:  # one cache per context length, then steps round-robin over them, so a
+            cache = DynamicCache()  # burst of load on a shared machine hits every kv_len alike
             model(input_ids=torch.randint(3, vocab, (1, max(ctx, 1))), use_cache=True, **{CACHE_KW: cache})
-            ids = torch.randint(3, vocab, (1, 1))
-            for _ in range(per_point):
+            caches.append(cache)
+        ids = torch.randint(3, vocab, (1, 1))
+        per: list[list[tuple[int, float]]] = [[] for _ in points]
+        for _ in range(per_point):
+            for i, cache in enumerate(caches):
                 kv = cache.get_seq_length() + 1
                 t = time.perf_counter_ns()
                 model(input_ids=ids, use_cache=True, **{CACHE_KW: cache})
-                xs.append(kv)
-                ys.append((time.perf_counter_ns() - t) / 1e6)
+                per[i].append((kv, (time.perf_counter_ns() - t) / 1e6))
+        for samples in per:
+            xs += [float(kv) for kv, _ in samples]
+            ys += [ms for _, ms in samples]
         enc = tok("The keeper wrote the time in the notebook", return_tensors="pt")
         runs = []
         for _ in range(2):  # best of two: a shared machine only ever adds time
-            t = time.perf_counter()
+            t0 = time.perf_counter()
             model.generate(**enc, max_new_tokens=200, min_new_tokens=200, do_sample=False)
-            runs.append(time.perf_counter() - t)
+            runs.append(time.perf_counter() - t0)
         gen_s = min(runs)
+    medians = {p: statistics.median(ys[i * per_point:(i + 1) * per_point]) for i, p in enumerate(points)}
+    slope, intercept, r2 = _fit(xs, ys)
+    mslope, mintercept, mr2 = _fit([float(p) for p in medians], list(medians.values()))
+    meta = model_meta(model)
+    return {"slope_ms_per_1k": slope * 1000, "intercept_ms": intercept, "r2": r2,
+            "median_slope_ms_per_1k": mslope * 1000, "median_intercept_ms": mintercept, "median_r2": mr2,
+            "n": len(xs), "gen200_s": gen_s, "params": meta["params"],
+            "kv_bytes_per_token": meta["kv_bytes_per_token"], "weight_bytes": meta["weight_bytes"],
+            "median_by_point": medians}
+
+
+def _fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
+    """Least squares y = a + b x: (b, a, r2)."""
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     sxx = sum((x - mx) ** 2 for x in xs)
     sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
-    slope = sxy / sxx
-    intercept = my - slope * mx
-    ss_res = sum((y - (intercept + slope * x)) ** 2 for x, y in zip(xs, ys, strict=True))
+    b = sxy / sxx
+    a = my - b * mx
+    ss_res = sum((y - (a + b * x)) ** 2 for x, y in zip(xs, ys, strict=True))
     ss_tot = sum((y - my) ** 2 for y in ys)
-    meta = model_meta(model)
-    return {"slope_ms_per_1k": slope * 1000, "intercept_ms": intercept, "r2": 1 - ss_res / ss_tot,
-            "n": len(xs), "gen200_s": gen_s, "params": meta["params"],
-            "kv_bytes_per_token": meta["kv_bytes_per_token"], "weight_bytes": meta["weight_bytes"],
-            "median_by_point": {p: statistics.median(ys[i * per_point:(i + 1) * per_point])
-                                for i, p in enumerate(points)}}
+    return b, a, 1 - ss_res / ss_tot
 
 
 def main() -> None:
@@ -182,6 +196,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--null-steps", type=int, default=2000)
     ap.add_argument("--loop-steps", type=int, default=50)
+    ap.add_argument("--per-point", type=int, default=24, help="decode steps timed at each kv_len (slope)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, {args.threads} thread(s)")
@@ -210,12 +225,14 @@ def main() -> None:
               "the collector's cost")
         print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.only in (None, "slope"):
-        s = demo_slope((1, 256, 512, 768, 1024, 1280, 1536, 1792, 2047), 12)
+        s = demo_slope((1, 256, 512, 768, 1024, 1280, 1536, 1792, 2047), args.per_point)
         print(f"\ndemo model ({s['params'] / 1e6:.2f} M params, {s['weight_bytes'] / 1e6:.1f} MB weights, "
               f"{s['kv_bytes_per_token']:,} B KV/token), {s['n']} decode steps over kv_len 1-2048:")
         print("  kv_len -> median step ms: " + ", ".join(f"{k}: {v:.1f}" for k, v in s["median_by_point"].items()))
-        print(f"  fit: step_ms = {s['intercept_ms']:.2f} + {s['slope_ms_per_1k']:.2f} x kv_len/1000  "
-              f"(r2 = {s['r2']:.3f})")
+        print(f"  fit, all steps:         step_ms = {s['intercept_ms']:.2f} + {s['slope_ms_per_1k']:.2f} x "
+              f"kv_len/1000  (r2 = {s['r2']:.3f})")
+        print(f"  fit, medians per kv_len: step_ms = {s['median_intercept_ms']:.2f} + "
+              f"{s['median_slope_ms_per_1k']:.2f} x kv_len/1000  (r2 = {s['median_r2']:.3f})")
         print(f"  generate 200 tokens (best of 2): {s['gen200_s']:.2f} s ({s['gen200_s'] / 200 * 1000:.1f} ms/token)")
 
 

@@ -261,7 +261,7 @@ def _forward_of(h: HookHandle, orig: Callable[..., Any]) -> Callable[..., Any]:
                 past = l0.keys.shape[-2] if l0.is_initialized else 0
             else:  # 4.4x DynamicCache: what its get_seq_length() reads
                 kc = cache.key_cache
-                shape = kc[0].shape if kc else ()
+                shape: Any = kc[0].shape if kc else ()
                 past = shape[-2] if len(shape) > 1 else 0  # empty layers are 1-D placeholders
         except Exception:  # not the common case: the general path (never raises into the host)
             try:
