@@ -228,3 +228,14 @@ def test_decode_of_one_row_goes_to_that_request(hf: Any, recorder: Any, read: An
     tok.decode(out[0].tolist())  # a list: matched by content
     det = [s["request_id"] for s in read(rec).table("spans").to_pylist() if s["name"] == "detokenize"]
     assert det == ["gen1-1", "gen1-0"]
+
+
+def test_memory_is_bounded_and_drops_are_counted(hf: Any, recorder: Any, read: Any) -> None:
+    model, tok = hf
+    rec = recorder(max_pending_rows=5, flush_interval_s=3600)  # nothing flushes during the call
+    enc = tok(PROMPTS, return_tensors="pt", padding=True)
+    traced_generate(model, rec, **enc, max_new_tokens=7, min_new_tokens=7, do_sample=False)
+    t = read(rec)
+    assert t.meta["dropped_rows"]["steps"] == 2  # 7 steps, room for 5
+    assert t.meta["dropped_rows"]["tokens"] == 14  # one batch of 14 rows does not fit: all counted
+    assert t.rows("steps") == 5
