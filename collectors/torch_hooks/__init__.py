@@ -87,7 +87,10 @@ class Step:
 
 
 class HookHandle:
-    """What :func:`instrument` returns: the live instrumentation of one module."""
+    """What :func:`instrument` returns: the live instrumentation of one module.
+
+    Also a context manager: ``with instrument(model, rec): ...`` removes it on exit.
+    """
 
     def __init__(self, module: Any, recorder: Recorder, *, cuda: bool, method: str) -> None:
         self.module = module
@@ -161,6 +164,12 @@ class HookHandle:
         self._undo.clear()
         if self.module.__dict__.get(_ATTR) is self:
             del self.module.__dict__[_ATTR]
+
+    def __enter__(self) -> HookHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
 
     def close(self) -> None:
         """Resolve and write what is pending (called when the recorder closes)."""

@@ -92,10 +92,10 @@ def test_uninstrument_removes_everything(model: Any, recorder: Any, read: Any) -
 
 def test_hooks_method_removes_its_hooks(model: Any, recorder: Any) -> None:
     rec = recorder()
-    h = instrument(model, rec, method="hooks")
-    assert model._forward_pre_hooks and model._forward_hooks
-    uninstrument(h)
+    with instrument(model, rec, method="hooks"):
+        assert model._forward_pre_hooks and model._forward_hooks
     assert not model._forward_pre_hooks and not model._forward_hooks
+    assert handle_of(model) is None
 
 
 def test_recording_switches_on_and_off_at_run_time(model: Any, recorder: Any, read: Any) -> None:
