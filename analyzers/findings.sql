@@ -204,8 +204,9 @@ WITH f AS (
     WHERE s.host_share >= t.host_overhead_share
     UNION ALL
     SELECT 'small-model-or-cpu',
-        CASE WHEN s.hardware_kind = 'cpu' THEN 'a CPU run' ELSE 'a small model ('
-            || _f(s.model_params / 1e9, 2) || 'B parameters)' END
+        CASE WHEN s.hardware_kind = 'cpu' THEN 'a CPU run'
+             WHEN s.model_params < 1e9 THEN 'a small model (' || _f(s.model_params / 1e6, 1) || 'M parameters)'
+             ELSE 'a small model (' || _f(s.model_params / 1e9, 2) || 'B parameters)' END
         || ': the KV cache is small and compute plus Python host overhead per step are comparable to '
         || 'memory traffic' || coalesce(' (host ' || _ms(s.host_mean_ms) || ' of ' || _ms(s.host_mean_ms / s.host_share)
         || ' per token)', '') || '; decode is not purely memory-bound'

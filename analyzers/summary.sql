@@ -177,7 +177,11 @@ n AS (SELECT
     (SELECT coalesce(sum(dropped_rows), 0) FROM _traces) AS dropped_rows
 )
 SELECT * EXCLUDE (ttft_p50),
-    CASE WHEN bottleneck IS NULL THEN 'no component of e2e is measured'
+    CASE WHEN bottleneck IS NULL AND ttft_share IS NOT NULL THEN
+            'no server phase is measured (a client-side trace): TTFT is ' || _pct(ttft_share) || ' of e2e (mean '
+            || _ms(e2e_mean_ms) || ' over ' || _n(e2e_requests) || ' requests), first to last token the rest'
+            || CASE WHEN itl_p50_ms IS NOT NULL THEN '; ITL p50 ' || _ms(itl_p50_ms) ELSE '' END
+         WHEN bottleneck IS NULL THEN 'no component of e2e is measured'
          ELSE bottleneck || ' is the bottleneck: ' || _pct(bottleneck_share) || ' of e2e (mean '
               || _ms(e2e_mean_ms) || ' over ' || _n(e2e_requests) || ' requests)'
               || CASE WHEN ttft_p50 IS NOT NULL THEN '; TTFT p50 ' || _ms(ttft_p50) ELSE '' END

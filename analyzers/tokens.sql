@@ -28,9 +28,6 @@
 -- @column client_tokens: Token rows that carry client_recv_ns (count).
 -- @column itl_mean_ms: Mean inter-token latency, milliseconds, from the first and last token (gaps add up): client-side when every token has client_recv_ns, else server-side.
 -- @column decode_tokens: Token rows with index > 0 (count).
--- @column step_tokens: Decode tokens with a step time (count).
--- @column step_ms_sum: Sum of decode tokens' step times (step_end_ns - step_start_ns), milliseconds.
--- @column kv_len_mean: Mean kv_len of decode tokens, tokens.
 -- @column kv_len_min: Smallest kv_len of decode tokens, tokens.
 -- @column kv_len_max: Largest kv_len of decode tokens, tokens.
 -- @column batch_mean: Mean batch_size of decode tokens, sequences (null when not recorded).
@@ -71,9 +68,6 @@ per AS (
         arg_min(client_recv_ns, index) AS _recv_lo,
         arg_max(client_recv_ns, index) AS _recv_hi,
         count(CASE WHEN index > 0 THEN 1 END) AS decode_tokens,
-        count(step_ms) AS step_tokens,
-        sum(step_ms) AS step_ms_sum,
-        avg(kv) AS kv_len_mean,
         min(kv)::BIGINT AS kv_len_min,
         max(kv)::BIGINT AS kv_len_max,
         avg(batch) AS batch_mean,
@@ -97,8 +91,7 @@ SELECT
     CASE WHEN output_tokens < 2 THEN NULL
          WHEN client_tokens = output_tokens THEN (_recv_hi - _recv_lo) / 1e6 / (output_tokens - 1)
          ELSE (last_emit_ns - _emit_lo) / 1e6 / (output_tokens - 1) END AS itl_mean_ms,
-    decode_tokens, step_tokens, step_ms_sum,
-    kv_len_mean, kv_len_min, kv_len_max, batch_mean,
+    decode_tokens, kv_len_min, kv_len_max, batch_mean,
     fit_n, coalesce(fit_sx, 0) AS fit_sx, coalesce(fit_sxx, 0) AS fit_sxx,
     coalesce(fit_sy, 0) AS fit_sy, coalesce(fit_syy, 0) AS fit_syy, coalesce(fit_sxy, 0) AS fit_sxy,
     coalesce(roof_kv_tokens, 0) AS roof_kv_tokens,
@@ -135,14 +128,19 @@ SELECT
     failed
 FROM (
     SELECT
-        t.trace, t.request_id, r.request_key, t.index, t.kv_len, t.batch_size, t.step_id,
-        (t.step_end_ns - t.step_start_ns) / 1e6 AS step_ms,
-        (t.emit_ns - lag(t.emit_ns) OVER w) / 1e6 AS server_itl_ms,
-        (t.client_recv_ns - lag(t.client_recv_ns) OVER w) / 1e6 AS client_itl_ms,
-        r.failed
-    FROM tokens AS t
-    JOIN tokens_requests AS r USING (trace, request_id)
-    WINDOW w AS (PARTITION BY r.request_key ORDER BY t.index)
+        trace, request_id, request_key, index, kv_len, batch_size, step_id,
+        step_ns / 1e6 AS step_ms,
+        (emit_ns - lag(emit_ns) OVER w) / 1e6 AS server_itl_ms,
+        (client_recv_ns - lag(client_recv_ns) OVER w) / 1e6 AS client_itl_ms,
+        failed
+    FROM (
+        -- one column for the step time: less to carry through the sort
+        SELECT t.trace, t.request_id, r.request_key, t.index, t.kv_len, t.batch_size, t.step_id,
+            t.step_end_ns - t.step_start_ns AS step_ns, t.emit_ns, t.client_recv_ns, r.failed
+        FROM tokens AS t
+        JOIN tokens_requests AS r USING (trace, request_id)
+    )
+    WINDOW w AS (PARTITION BY request_key ORDER BY index)
 )
 WHERE index > 0 AND server_itl_ms IS NOT NULL;
 

@@ -58,6 +58,7 @@ def test_text_report(cli: Any, toy: Path) -> None:
     assert r.err == ""
 
 
+@pytest.mark.slow
 def test_several_traces_per_trace_and_combined(cli: Any, tmp_path: Path) -> None:
     a = scenario(tmp_path / "servers" / "a", [Req(start=i * 500, network=5, prefill=30, output=50, itl=20)
                                               for i in range(3)])
