@@ -44,8 +44,8 @@ never reach the app; exceptions of the app pass through untouched.
 from __future__ import annotations
 
 import json
+import os
 import re
-import uuid
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
@@ -89,6 +89,23 @@ def request_id_from_headers(headers: list[tuple[bytes, bytes]] | Any) -> str | N
         if m and m.group(1) != "ff" and m.group(2) != "0" * 32:
             return m.group(2)
     return None
+
+
+def _last_json_event(text: bytes) -> tuple[int, int, dict[str, Any] | None]:
+    """(start, end, parsed object) of the last ``data: {...}`` line in ``text``, if it is JSON."""
+    j = text.rstrip().rfind(b"data:")
+    if j < 0:
+        return 0, 0, None
+    end = text.find(b"\n", j)
+    end = len(text) if end < 0 else end
+    payload = text[j + 5:end].strip()
+    if not payload.startswith(b"{"):
+        return 0, 0, None
+    try:
+        event = json.loads(payload)
+    except ValueError:
+        return 0, 0, None
+    return (j, end, event) if isinstance(event, dict) else (0, 0, None)
 
 
 def request_handle(obj: Any) -> RequestHandle | None:
@@ -169,7 +186,7 @@ class _Exchange:
         self.rec = mw.recorder
         self.t0 = t0
         rid = request_id_from_headers(scope.get("headers"))
-        self.request_id = rid or uuid.uuid4().hex
+        self.request_id = rid or os.urandom(16).hex()  # a random 128-bit id, as uuid4().hex, cheaper
         self.handle = self.rec.request(self.request_id)
         state = scope.get("state")
         if state is None:
@@ -180,8 +197,8 @@ class _Exchange:
         self.done = False  # last body byte sent
         self.disconnected = False
         self.end_ns: int | None = None
-        self.last_data: bytes | None = None  # payload of the last JSON data event seen (SSE)
-        self.timing_sent = False
+        self.last_body: Any = None  # the last SSE body message before the one with [DONE]
+        self.watch_sse = False
 
     # -- receive: notice a client that went away ---------------------------------------
     def receive(self, receive: Receive) -> Receive:
@@ -199,8 +216,12 @@ class _Exchange:
             if kind == "http.response.start":
                 msg = self.guard(self.on_start, msg)
             elif kind == "http.response.body":
-                if self.sse and self.mw.server_timing and self.mw.sse_field and not self.timing_sent:
-                    msg = self.guard(self.on_sse_body, msg)
+                if self.watch_sse:  # per streamed event: one C-level search unless it is the end
+                    body = msg.get("body") or b""
+                    if b"[DONE]" in body:
+                        msg = self.guard(self.on_sse_body, msg)
+                    elif body:
+                        self.last_body = body
                 more = msg.get("more_body", False)
                 await send(msg)
                 if not more:
@@ -224,6 +245,7 @@ class _Exchange:
         for k, v in headers:
             if bytes(k).lower() == b"content-type" and bytes(v).lower().startswith(b"text/event-stream"):
                 self.sse = True
+        self.watch_sse = self.sse and self.mw.server_timing and bool(self.mw.sse_field)
         if self.mw.echo_request_id and b"x-request-id" not in names:
             headers.append((b"x-request-id", self.request_id.encode("latin-1")))
         if self.mw.server_timing and not self.sse and b"server-timing" not in names:
@@ -236,46 +258,25 @@ class _Exchange:
     def on_sse_body(self, msg: Message) -> Message:
         body = bytes(msg.get("body") or b"")
         m = _DONE_RE.search(body)
-        if m is None:
-            i = body.rfind(b"data:")
-            if i >= 0:
-                line = body[i + 5:].split(b"\n", 1)[0].strip()
-                if line.startswith(b"{"):
-                    self.last_data = line
+        if m is None:  # "[DONE]" inside some text, not the terminating event
+            self.last_body = body
             return msg
-        self.timing_sent = True
+        self.watch_sse = False
         done_at = m.start() + len(m.group(1))
         head, tail = body[:done_at], body[done_at:]
         timing = timing_ms(self.handle, now_ns() - self.t0)
         field = self.mw.sse_field or SSE_FIELD
         # the event right before [DONE], if it is in this same message: add the field to it
-        j = head.rstrip().rfind(b"data:")
-        if j >= 0:
-            start = j
-            line_end = head.find(b"\n", j)
-            payload = head[j + 5: line_end if line_end >= 0 else len(head)].strip()
-            if payload.startswith(b"{"):
-                try:
-                    event = json.loads(payload)
-                except ValueError:
-                    event = None
-                if isinstance(event, dict):
-                    event[field] = timing
-                    new = b"data: " + json.dumps(event, separators=(",", ":")).encode()
-                    end = line_end if line_end >= 0 else len(head)
-                    return {**msg, "body": head[:start] + new + head[end:] + tail}
+        start, end, event = _last_json_event(head)
+        if event is not None:
+            event[field] = timing
+            new = b"data: " + json.dumps(event, separators=(",", ":")).encode()
+            return {**msg, "body": head[:start] + new + head[end:] + tail}
         # it went out earlier: send a separate event shaped like the stream's chunks
-        extra: dict[str, Any] = {}
-        if self.last_data is not None:
-            try:
-                last = json.loads(self.last_data)
-                if isinstance(last, dict):
-                    extra = {k: last[k] for k in ("id", "object", "created", "model") if k in last}
-            except ValueError:
-                pass
-        event = {**extra, "choices": [], field: timing}
-        new = b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
-        return {**msg, "body": head + new + tail}
+        _, _, last = _last_json_event(bytes(self.last_body or b""))
+        extra = {k: last[k] for k in ("id", "object", "created", "model") if k in last} if last else {}
+        new = b"data: " + json.dumps({**extra, "choices": [], field: timing}, separators=(",", ":")).encode()
+        return {**msg, "body": head + new + b"\n\n" + tail}
 
     # -- the end -------------------------------------------------------------------------
     def failed(self, exc: BaseException) -> None:

@@ -30,6 +30,8 @@ BEHAVIOURS: dict[str, bytes] = {
     "bad-shape": b'data: {"choices": {"oops": 1}}\n\n',
     # a well-formed stream cut before [DONE]
     "no-done": _chunk("a") + _chunk("b"),
+    # a good stream (from a server that refuses stream_options)
+    "strict": _chunk("a") + _chunk("b") + b"data: [DONE]\n\n",
 }
 
 
@@ -77,14 +79,17 @@ class FakeServer:
             lines = head.decode("latin-1").split("\r\n")
             method, path = lines[0].split()[:2]
             length = next((int(ln.split(":", 1)[1]) for ln in lines if ln.lower().startswith("content-length:")), 0)
-            if length:
-                await reader.readexactly(length)
+            body = await reader.readexactly(length) if length else b""
             self.requests += 1
             if method == "GET" and path.endswith("/models"):
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
                              + str(len(MODELS)).encode() + b"\r\nconnection: close\r\n\r\n" + MODELS)
             elif self.behaviour == "hang":
                 await asyncio.sleep(3600)
+            elif self.behaviour == "strict" and b"stream_options" in body:  # an old server
+                err = json.dumps({"error": {"message": "Unrecognized request argument supplied: stream_options"}})
+                writer.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: "
+                             + str(len(err)).encode() + b"\r\nconnection: close\r\n\r\n" + err.encode())
             elif self.behaviour == "http500":
                 body = json.dumps({"error": {"message": "the engine fell over", "type": "server_error"}}).encode()
                 writer.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\n"

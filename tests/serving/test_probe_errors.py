@@ -43,6 +43,13 @@ def test_a_good_token_before_the_bad_event_is_kept(tmp_path: Path) -> None:
     assert open_trace(tmp_path / "t").rows("tokens") == 1
 
 
+def test_a_server_rejecting_stream_options_is_probed_without(tmp_path: Path) -> None:
+    with FakeServer("strict") as fake:
+        res = run_probe(ProbeConfig(url=fake.url, n=3, concurrency=1, progress=False))
+    assert all(r.ok and len(r.token_ns) == 2 and r.output_tokens is None for r in res.results)
+    assert fake.requests == 1 + 3 + 1  # the model list, three requests, one of them sent twice
+
+
 def test_timeout_is_a_per_request_error(cli, tmp_path: Path) -> None:
     with FakeServer("hang") as fake:
         r = cli("probe", fake.url, "-n", "2", "--timeout", "0.5", "-q", "--json")

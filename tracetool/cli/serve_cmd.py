@@ -80,29 +80,17 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
     from tracetool.serving.openai_api import Limits
     from tracetool.serving.runner import ServeConfig, run_server
 
+    if not (device in ("auto", "cpu") or device.startswith("cuda")):
+        raise UsageError(f"--device must be cpu, cuda, cuda:N or auto, not {device!r}")
     out = output or Path(tempfile.mkdtemp(prefix="tracetool-serve-"))
-    dev = _device(device)
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
     limits = Limits(max_body_bytes=max_body_bytes, max_prompt_tokens=max_prompt_tokens,
                     max_output_tokens=max_output_tokens)
     cfg = ServeConfig(out=out, model_path=model_path, host=host, port=port, served_name=served_model_name,
-                      max_batch=max_batch, max_waiting=max_queue, limits=limits, device=dev, seed=seed,
+                      max_batch=max_batch, max_waiting=max_queue, limits=limits, device=device, seed=seed,
+                      threads=threads,
                       graceful_s=graceful_timeout, force=force or output is None,
                       samplers={k.removeprefix("sampler_"): v for k, v in samplers.items() if v is not None})
     return run_server(cfg)
-
-
-def _device(device: str) -> str:
-    if device != "auto":
-        if not (device == "cpu" or device.startswith("cuda")):
-            raise UsageError(f"--device must be cpu, cuda, cuda:N or auto, not {device!r}")
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 # -- probe -------------------------------------------------------------------------------------------

@@ -129,6 +129,9 @@ def run_demo(cfg: DemoConfig, stderr: TextIO = sys.stderr) -> int:
             pcfg = ProbeConfig(url=url, n=cfg.n, concurrency=cfg.concurrency, prompt_tokens=cfg.prompt_tokens,
                                max_tokens=cfg.max_tokens, ignore_eos=True, out=client_dir, progress=True)
             result = run_probe(pcfg)
+        if open_trace(server_dir).meta.get("closed") is not True:
+            stderr.write("tracetool: the demo server did not close its trace cleanly; "
+                         "what it flushed is merged\n")
         merge_traces(client_dir, server_dir, out, force=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)

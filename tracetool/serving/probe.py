@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from tracetool.errors import BadInput, UsageError
+from tracetool.notices import say_once
 from tracetool.serving.sse import MalformedStream, SSEParser, parse_server_timing
 
 #: Client clock: epoch nanoseconds advanced by the monotonic clock (no jumps mid-run).
@@ -164,6 +165,7 @@ class Prober:
         self.failed = 0
         self.recorder: Any = None
         self.models_listed = False
+        self.usage = cfg.include_usage
         #: requests in flight, by index (what has arrived of them so far)
         self.live: dict[int, RequestResult] = {}
         self._t0 = time.monotonic()
@@ -247,7 +249,7 @@ class Prober:
             body["messages"] = [{"role": "user", "content": prompt}]
         else:
             body["prompt"] = prompt
-        if self.cfg.include_usage:
+        if self.usage:
             body["stream_options"] = {"include_usage": True}
         if self.cfg.ignore_eos:
             body["ignore_eos"] = True
@@ -290,6 +292,15 @@ class Prober:
             r.fail(f"{type(e).__name__}: {_one_line(e)}")
         if not r.end_ns:
             r.end_ns = client_now()
+        if (self.usage and r.http_status in (400, 422) and r.error and "stream_options" in r.error
+                and not r.token_ns):
+            # a server that rejects stream_options: say so once, stop sending it, send this one again
+            self.usage = False
+            say_once("probe-no-usage", f"{self.base} rejects stream_options; probing without usage "
+                     "(token counts are content chunks)")
+            fresh = RequestResult(r.index, r.request_id, r.prompt_chars)
+            await self._request(client, fresh, prompt, model)
+            r.__dict__.update(fresh.__dict__)
 
     async def _stream(self, client: Any, url: str, r: RequestResult, body: dict[str, Any],
                       headers: dict[str, str], trace: Any) -> None:

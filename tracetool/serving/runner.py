@@ -41,6 +41,8 @@ class ServeConfig:
     seed: int = 0
     graceful_s: float = 5.0
     switch_interval_s: float = 0.0005
+    #: torch CPU threads (None: torch's choice)
+    threads: int | None = None
     force: bool = False
     #: ``--<name>[=HZ]`` samplers of :data:`collectors.record.SAMPLERS` (NVML, py-spy), name -> Hz.
     samplers: Mapping[str, float] = field(default_factory=dict)
@@ -72,13 +74,21 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def load(cfg: ServeConfig) -> tuple[Any, Any, str]:
-    """(model, tokenizer, served name): ``--model PATH`` or the demo model."""
+    """(model, tokenizer, served name): ``--model PATH`` or the demo model. Resolves ``device="auto"``."""
     from collectors.demo import DEMO_NAME, load_demo_model, load_model
 
+    if cfg.model_path is not None and not Path(cfg.model_path).is_dir():
+        raise BadInput(f"{cfg.model_path}: not a local model directory (tracetool serve never downloads; "
+                       "give a Hugging Face model directory holding config.json)")
+    if cfg.model_path is not None and not (Path(cfg.model_path) / "config.json").is_file():
+        raise BadInput(f"{cfg.model_path}: not a model directory (no config.json)")
+    import torch  # only now: the checks above answer without it
+
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    if cfg.device == "auto":
+        cfg.device = "cuda" if torch.cuda.is_available() else "cpu"
     if cfg.model_path is not None:
-        if not Path(cfg.model_path).is_dir():
-            raise BadInput(f"{cfg.model_path}: not a local model directory (tracetool serve never downloads; "
-                           "give a Hugging Face model directory holding config.json)")
         model, tok = load_model(cfg.model_path, device=cfg.device)
         return model, tok, cfg.served_name or Path(cfg.model_path).resolve().name
     model, tok = load_demo_model(seed=cfg.seed, device=cfg.device)
