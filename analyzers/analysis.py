@@ -10,6 +10,7 @@ one :class:`Analysis` per trace (for a single trace, the analysis itself).
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,8 +51,9 @@ class Analysis:
         thresholds: the thresholds verdicts and findings used.
         traces: per-trace analyses (just ``[self]`` for one trace).
         warnings: reader warnings (cut streams, unclosed recordings).
-        con: the DuckDB connection holding every analyzer object (see analyzers.connect);
-            use ``con.cursor()`` from other threads.
+        con: the DuckDB connection holding every analyzer object (see analyzers.connect). The
+            trace tables are registered on this connection only, so ``con.cursor()`` does not see
+            them; from several threads, use :meth:`query`, which serialises access.
     """
 
     label: str
@@ -62,6 +64,12 @@ class Analysis:
     con: duckdb.DuckDBPyConnection
     traces: list[Analysis] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> pa.Table:
+        """Run SQL over the trace tables and analyzer objects; safe to call from any thread."""
+        with self._lock:
+            return self.con.sql(sql, params=list(params) or None).to_arrow_table()
 
     def table(self, name: str) -> pa.Table:
         """One of the summary tables (see :data:`TABLES`)."""
@@ -91,7 +99,7 @@ class Analysis:
             params.append(request_id)
         if where:
             sql += " WHERE " + " AND ".join(where)
-        return self.con.cursor().sql(sql + " ORDER BY trace, request_id, index", params=params).to_arrow_table()
+        return self.query(sql + " ORDER BY trace, request_id, index", params)
 
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` document of ``tracetool analyze`` (docs/analysis-json.md)."""

@@ -71,8 +71,9 @@ def connect(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | Non
         claims: claims to give verdicts on (see :func:`analyzers.params.parse_claim`).
         labels: trace labels (default: :func:`labels_for`).
 
-    The connection has external access disabled. It is not thread-safe: give
-    each thread its own ``con.cursor()``.
+    The connection has external access disabled. The trace tables are registered on
+    this connection only (a ``con.cursor()`` does not see them), and a connection is
+    not thread-safe: use it from one thread at a time (``Analysis.query`` holds a lock).
     """
     from analyzers.params import roofline_inputs
 

@@ -165,3 +165,22 @@ def test_thresholds_change_verdicts(tmp_path: Path) -> None:
     stricter = analyzers.Thresholds().with_overrides({"supported_share": share - 0.01})
     assert analyzers.analyze(path, claims=["network"], thresholds=stricter).to_json()["claims"][0]["verdict"] \
         == "supported"
+
+
+def test_low_bandwidth_efficiency_and_an_idle_gpu(tmp_path: Path) -> None:
+    """Steps at 25 % of the roofline while NVML says the GPU is mostly idle: the host is the limit."""
+    import pyarrow as pa
+    from analyzer_scenarios import MS
+
+    step = roofline_step(LLAMA_8B_WEIGHT_BYTES, LLAMA_8B_KV_BYTES, H100_META["mem_bw_bytes_per_s"], 1, 0.25)
+    reqs = [Req(start=i * 3000, network=2, prefill=40, output=100, itl=step(1100) + 1.0, prompt=1000, step=step)
+            for i in range(3)]
+    ts = list(range(0, 9000 * MS, 10 * MS))
+    gpu = pa.table({"ts_ns": pa.array(ts, pa.int64()), "gpu": pa.array([0] * len(ts), pa.int32()),
+                    "gpu_util_pct": pa.array([30.0] * len(ts))})
+    doc = run(scenario(tmp_path / "slowgpu", reqs, model=LLAMA_8B_META, hardware=H100_META, extra={"gpu": gpu}))
+    assert doc["decode"]["roofline"]["bandwidth_efficiency"] == pytest.approx(0.25, rel=0.02)
+    assert {"low-bandwidth-efficiency", "gpu-underutilised"} <= findings(doc)
+    assert "decode-memory-bound" not in findings(doc), "25 % of peak bandwidth is below memory_bound_efficiency"
+    assert "gpu-sampling-coarse" not in findings(doc), "10 ms samples against ~19 ms steps"
+    assert verdicts(doc)["decode is compute-bound"] == "misdiagnosis"
