@@ -71,6 +71,11 @@ class FakeServer:
             loop.run_forever()
         finally:
             self._server.close()
+            tasks = asyncio.all_tasks(loop)
+            for t in tasks:  # a "hang" handler still sleeping
+                t.cancel()
+            if tasks:
+                loop.run_until_complete(asyncio.wait(tasks))
             loop.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -22,9 +22,9 @@ pytestmark = pytest.mark.slow
 RTT_MS = 200.0  # a cross-region round trip (DOMAIN.md: 25-250 ms)
 
 
-def probe(url: str, out: Path, n: int = 6) -> None:
-    res = run_probe(ProbeConfig(url=url, n=n, concurrency=2, prompt_tokens=24, max_tokens=8, ignore_eos=True,
-                                progress=False, out=out))
+def probe(url: str, out: Path, n: int = 6, max_tokens: int = 8) -> None:
+    res = run_probe(ProbeConfig(url=url, n=n, concurrency=2, prompt_tokens=24, max_tokens=max_tokens,
+                                ignore_eos=True, progress=False, out=out))
     assert all(r.ok for r in res.results), [r.error for r in res.results if r.error]
 
 
@@ -36,10 +36,10 @@ def wait_for_ids(path: Path, ids: set[str], timeout_s: float = 30.0) -> None:
 
 
 def test_added_rtt_is_attributed_to_network(server: Server, tmp_path: Path) -> None:
-    probe(server.url, tmp_path / "direct")
+    probe(server.url, tmp_path / "direct", max_tokens=16)
     host, port = "127.0.0.1", int(server.url.rsplit(":", 1)[1].split("/")[0])
     with DelayProxy((host, port), rtt_ms=RTT_MS) as proxy:
-        probe(f"{proxy.url}/v1", tmp_path / "slow")
+        probe(f"{proxy.url}/v1", tmp_path / "slow", max_tokens=16)
     direct = network_ms(open_trace(tmp_path / "direct"))
     slow = network_ms(open_trace(tmp_path / "slow"))
     assert len(direct) == len(slow) == 6  # every request had both spans (server timing folded in)

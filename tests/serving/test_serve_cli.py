@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.conftest import run_tracetool
-from tests.serving.conftest import MODEL, wait_ready
+from tests.serving.conftest import wait_ready
 from tracetool.reader import open_trace
 from tracetool.serving.demo import READY_PREFIX
 
@@ -36,10 +36,17 @@ def test_serve_refuses_bad_setups_in_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_sigint_stops_cleanly_and_closes_the_trace(tmp_path: Path) -> None:
+def test_serves_a_local_model_and_sigint_closes_the_trace(tmp_path: Path) -> None:
+    from collectors.demo import load_demo_model
+
+    model_dir = tmp_path / "my-llama"  # a local Hugging Face directory, as save_pretrained writes it
+    model, tok = load_demo_model(seed=1, hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                 num_key_value_heads=2, head_dim=32, intermediate_size=128)
+    model.save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
     out = tmp_path / "trace"
-    proc = subprocess.Popen([sys.executable, "-m", "tracetool", "serve", "--port", "0", "-o", str(out),
-                             "--threads", "1"], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "tracetool", "serve", "--model", str(model_dir), "--port", "0",
+                             "-o", str(out), "--threads", "1"], stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stderr is not None
         line = proc.stderr.readline()
@@ -47,7 +54,8 @@ def test_sigint_stops_cleanly_and_closes_the_trace(tmp_path: Path) -> None:
             line = proc.stderr.readline()
         url = line[len(READY_PREFIX):].split()[0]
         wait_ready(url)
-        r = httpx.post(f"{url}/completions", json={"model": MODEL, "prompt": "the bridge", "max_tokens": 3},
+        assert httpx.get(f"{url}/models").json()["data"][0]["id"] == "my-llama"
+        r = httpx.post(f"{url}/completions", json={"model": "my-llama", "prompt": "the bridge", "max_tokens": 3},
                        headers={"X-Request-ID": "one"}, timeout=60)
         assert r.status_code == 200 and "server;dur=" in r.headers["server-timing"]
         proc.send_signal(signal.SIGINT)
@@ -59,7 +67,7 @@ def test_sigint_stops_cleanly_and_closes_the_trace(tmp_path: Path) -> None:
             proc.wait()
     assert "server stopped" in rest and "Traceback" not in rest
     t = open_trace(out, strict=True)
-    assert t.meta["closed"] is True and t.meta["model"]["name"].startswith("tracetool-demo-llama")
+    assert t.meta["closed"] is True and t.meta["model"]["name"] == "my-llama" and t.meta["model"]["layers"] == 1
     assert t.table("requests").to_pylist()[0]["request_id"] == "one"
     assert {"server.request", "tokenize", "queue", "prefill", "decode"} <= set(t.table("spans").column("name").to_pylist())
 
