@@ -98,7 +98,7 @@ info AS (
 ),
 j AS (
     SELECT
-        ids.trace, ids.request_id, s.* EXCLUDE (trace, request_id), t.* EXCLUDE (trace, request_id), i.failed, i.prompt_tokens AS info_prompt,
+        ids.trace, ids.request_id, s.* EXCLUDE (trace, request_id), t.* EXCLUDE (trace, request_id, failed), i.failed, i.prompt_tokens AS info_prompt,
         i.output_tokens AS info_output,
         least(s.first_server_ns, t.min_emit_ns) AS start_ns,
         greatest(s.last_server_ns, t.max_emit_ns) AS end_ns,
