@@ -27,7 +27,7 @@
 -- @column max_emit_ns: Server clock, nanoseconds: latest emit time of any token.
 -- @column client_tokens: Token rows that carry client_recv_ns (count).
 -- @column itl_mean_ms: Mean inter-token latency, milliseconds, from the first and last token (gaps add up): client-side when every token has client_recv_ns, else server-side.
--- @column decode_tokens: Token rows with index > 0 (count).
+-- @column decode_tokens: Token rows after token 0: rows minus one when index 0 is present (count).
 -- @column kv_len_min: Smallest kv_len of decode tokens, tokens.
 -- @column kv_len_max: Largest kv_len of decode tokens, tokens.
 -- @column batch_mean: Mean batch_size of decode tokens, sequences (null when not recorded).
@@ -58,16 +58,13 @@ per AS (
         count(*) AS output_tokens,
         min(index) AS first_index,
         max(index) AS last_index,
-        min(CASE WHEN index = 0 THEN emit_ns END) AS first_emit_ns,
         arg_max(emit_ns, index) AS last_emit_ns,
-        min(CASE WHEN index = 0 THEN client_recv_ns END) AS first_recv_ns,
         min(emit_ns) AS min_emit_ns,
         max(emit_ns) AS max_emit_ns,
         count(client_recv_ns) AS client_tokens,
         arg_min(emit_ns, index) AS _emit_lo,
         arg_min(client_recv_ns, index) AS _recv_lo,
         arg_max(client_recv_ns, index) AS _recv_hi,
-        count(CASE WHEN index > 0 THEN 1 END) AS decode_tokens,
         min(kv)::BIGINT AS kv_len_min,
         max(kv)::BIGINT AS kv_len_max,
         avg(batch) AS batch_mean,
@@ -86,12 +83,14 @@ per AS (
 SELECT
     trace, request_id,
     (row_number() OVER (ORDER BY trace, request_id))::BIGINT AS request_key,
-    output_tokens, first_index, last_index, first_emit_ns, last_emit_ns, first_recv_ns,
+    output_tokens, first_index, last_index,
+    CASE WHEN first_index = 0 THEN _emit_lo END AS first_emit_ns, last_emit_ns,
+    CASE WHEN first_index = 0 THEN _recv_lo END AS first_recv_ns,
     min_emit_ns, max_emit_ns, client_tokens,
     CASE WHEN output_tokens < 2 THEN NULL
          WHEN client_tokens = output_tokens THEN (_recv_hi - _recv_lo) / 1e6 / (output_tokens - 1)
          ELSE (last_emit_ns - _emit_lo) / 1e6 / (output_tokens - 1) END AS itl_mean_ms,
-    decode_tokens, kv_len_min, kv_len_max, batch_mean,
+    output_tokens - (first_index = 0)::INTEGER AS decode_tokens, kv_len_min, kv_len_max, batch_mean,
     fit_n, coalesce(fit_sx, 0) AS fit_sx, coalesce(fit_sxx, 0) AS fit_sxx,
     coalesce(fit_sy, 0) AS fit_sy, coalesce(fit_syy, 0) AS fit_syy, coalesce(fit_sxy, 0) AS fit_sxy,
     coalesce(roof_kv_tokens, 0) AS roof_kv_tokens,
@@ -134,7 +133,10 @@ FROM (
         (client_recv_ns - lag(client_recv_ns) OVER w) / 1e6 AS client_itl_ms,
         failed
     FROM (
-        -- one column for the step time: less to carry through the sort
+        -- Partitioning on the integer request_key, not on (trace, request_id): DuckDB sorts
+        -- integers several times faster than strings. (One global sort on a combined
+        -- (request_key, index) key costs the same time and ~40 % more memory.) One column
+        -- for the step time: less to carry through the sort.
         SELECT t.trace, t.request_id, r.request_key, t.index, t.kv_len, t.batch_size, t.step_id,
             t.step_end_ns - t.step_start_ns AS step_ns, t.emit_ns, t.client_recv_ns, r.failed
         FROM tokens AS t
