@@ -40,6 +40,7 @@ from typing import Any
 
 from tracetool.errors import BadInput, UsageError
 from tracetool.notices import say_once
+from tracetool.serving.probe_trace import write_request
 from tracetool.serving.sse import MalformedStream, SSEParser, parse_server_timing
 
 #: Client clock: epoch nanoseconds advanced by the monotonic clock (no jumps mid-run).
@@ -427,59 +428,6 @@ class Prober:
     def _close_trace(self) -> None:
         if self.recorder is not None:
             self.recorder.close()
-
-
-def write_request(rec: Any, r: RequestResult) -> None:
-    """The rows of one probed request (see the module docstring for what is measured vs placed)."""
-    rid = r.request_id
-    if r.start_ns:
-        rec.add_span("client.request", r.start_ns, max(r.end_ns, r.start_ns), request_id=rid, clock="client")
-    if r.connect:
-        rec.add_span("client.connect", *r.connect, request_id=rid, clock="client")
-    if r.tls:
-        rec.add_span("client.tls", *r.tls, request_id=rid, clock="client")
-    one_way = 0
-    st = r.server_timing or {}
-    server_ns = int(st["server"] * 1e6) if "server" in st else None
-    client_ns = r.end_ns - r.start_ns
-    if server_ns is not None and client_ns >= server_ns >= 0:
-        one_way = (client_ns - server_ns) // 2
-        _place_server_spans(rec, r, server_ns, one_way)
-    for i, t in enumerate(r.token_ns):
-        kv = r.prompt_tokens + i if r.prompt_tokens is not None else None
-        rec.token(i, kv, t - one_way, client_recv_ns=t, request_id=rid)
-    outputs = r.output_tokens if r.output_tokens is not None else (len(r.token_ns) if r.reached else None)
-    rec.request_info(rid, prompt_tokens=r.prompt_tokens, output_tokens=outputs,
-                     status="ok" if r.ok else "error", error=r.error, prompt_chars=r.prompt_chars)
-
-
-_BEFORE_FIRST_TOKEN = ("preprocess", "tokenize", "queue", "prefill")
-_AFTER_FIRST_TOKEN = ("decode", "detokenize", "postprocess")
-
-
-def _place_server_spans(rec: Any, r: RequestResult, server_ns: int, one_way: int) -> None:
-    """``server.request`` centred in ``client.request``; phases in serving order around the first
-    token (prefill ends, decode starts, when it was sent), kept inside ``server.request``."""
-    rid = r.request_id
-    st = r.server_timing or {}
-    s0 = r.start_ns + one_way
-    s1 = s0 + server_ns
-    rec.add_span("server.request", s0, s1, request_id=rid)
-    d = {n: max(0, int(st[n] * 1e6)) for n in _BEFORE_FIRST_TOKEN + _AFTER_FIRST_TOKEN if n in st}
-    before = [n for n in _BEFORE_FIRST_TOKEN if n in d]
-    after = [n for n in _AFTER_FIRST_TOKEN if n in d]
-    pre = sum(d[n] for n in before)
-    post = sum(d[n] for n in after)
-    anchor = r.token_ns[0] - one_way if r.token_ns else s0 + pre
-    anchor = max(s0 + pre, min(anchor, s1 - post))
-    t = anchor - pre
-    for n in before:
-        rec.add_span(n, t, t + d[n], request_id=rid)
-        t += d[n]
-    t = anchor
-    for n in after:
-        rec.add_span(n, t, t + d[n], request_id=rid)
-        t += d[n]
 
 
 def _error_message(raw: bytes) -> str:
