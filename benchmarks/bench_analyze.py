@@ -26,8 +26,8 @@ HERE = Path(__file__).resolve().parent
 TOOL = [sys.executable, "-m", "tracetool"]
 
 
-def run_measured(cmd: list[str]) -> tuple[float, int, str]:
-    """Like :func:`run`, but reaps the child with wait4 to read its own peak RSS."""
+def run_measured(cmd: list[str]) -> tuple[float, int, float, str]:
+    """Run ``cmd`` as a child; return (wall s, peak RSS bytes, CPU s user+sys, stdout), rusage from wait4."""
     t = time.perf_counter()
     with open(os.devnull, "w") as devnull:
         out_path = Path(f"/tmp/tt-bench-out-{os.getpid()}.json")
@@ -39,7 +39,7 @@ def run_measured(cmd: list[str]) -> tuple[float, int, str]:
         raise SystemExit(f"{' '.join(cmd)} failed with exit {os.waitstatus_to_exitcode(status)}")
     text = out_path.read_text()
     out_path.unlink()
-    return wall, usage.ru_maxrss * 1024, text
+    return wall, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime, text
 
 
 def check_same(a: dict, b: dict) -> list[str]:
@@ -79,25 +79,29 @@ def main() -> None:
         print(f"generating {trace} ({a.tokens:,} tokens)...", flush=True)
         subprocess.run([sys.executable, str(HERE / "gen_trace.py"), str(trace), "--tokens", str(a.tokens)],
                        check=True)
-    duck: list[tuple[float, int]] = []
-    pand: list[tuple[float, int]] = []
+    duck: list[tuple[float, int, float]] = []
+    pand: list[tuple[float, int, float]] = []
     duck_out = pand_out = ""
     for i in range(a.runs):
-        w, r, duck_out = run_measured([*TOOL, "analyze", "--json", str(trace)])
-        duck.append((w, r))
-        print(f"tracetool analyze --json   run {i + 1}: {w:6.2f} s, peak RSS {r / 2**20:7.0f} MiB", flush=True)
+        w, r, c, duck_out = run_measured([*TOOL, "analyze", "--json", str(trace)])
+        duck.append((w, r, c))
+        print(f"tracetool analyze --json   run {i + 1}: {w:6.2f} s wall, {c:6.2f} s CPU, peak RSS {r / 2**20:6.0f} MiB",
+              flush=True)
         if i < max(1, a.runs - 1):
-            w, r, pand_out = run_measured([sys.executable, str(HERE / "pandas_baseline.py"), str(trace)])
-            pand.append((w, r))
-            print(f"pandas baseline            run {i + 1}: {w:6.2f} s, peak RSS {r / 2**20:7.0f} MiB", flush=True)
+            w, r, c, pand_out = run_measured([sys.executable, str(HERE / "pandas_baseline.py"), str(trace)])
+            pand.append((w, r, c))
+            print(f"pandas baseline            run {i + 1}: {w:6.2f} s wall, {c:6.2f} s CPU, peak RSS "
+                  f"{r / 2**20:6.0f} MiB", flush=True)
     mismatches = check_same(json.loads(duck_out), json.loads(pand_out))
-    dw, pw = statistics.median(x for x, _ in duck), statistics.median(x for x, _ in pand)
-    drss = max(r for _, r in duck)
+    dw, pw = statistics.median(x[0] for x in duck), statistics.median(x[0] for x in pand)
+    dc, pc = statistics.median(x[2] for x in duck), statistics.median(x[2] for x in pand)
+    drss = max(x[1] for x in duck)
     print(f"\ntrace: {trace} ({a.tokens:,} tokens)")
-    print(f"tracetool analyze --json: median {dw:.2f} s, peak RSS {drss / 2**20:.0f} MiB "
+    print(f"tracetool analyze --json: median {dw:.2f} s wall, {dc:.2f} s CPU, peak RSS {drss / 2**20:.0f} MiB "
           f"({'under' if drss < 2 * 2**30 else 'OVER'} 2 GiB)")
-    print(f"pandas baseline:          median {pw:.2f} s, peak RSS {max(r for _, r in pand) / 2**20:.0f} MiB")
-    print(f"ratio (pandas / tracetool wall time): {pw / dw:.1f}x")
+    print(f"pandas baseline:          median {pw:.2f} s wall, {pc:.2f} s CPU, peak RSS "
+          f"{max(x[1] for x in pand) / 2**20:.0f} MiB")
+    print(f"ratio (pandas / tracetool wall time): {pw / dw:.1f}x   (CPU time: {pc / dc:.1f}x)")
     if mismatches:
         print("RESULTS DIFFER:\n  " + "\n  ".join(mismatches))
         raise SystemExit(1)
