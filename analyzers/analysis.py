@@ -202,6 +202,11 @@ def _run(traces: list[Trace], labels: list[str], roof: list[RooflineInputs], th:
     if n == 0:
         raise BadInput(f"{', '.join(str(t.path) for t in traces)}: no requests to analyse "
                        "(no span or token carries a request_id)")
+    measurable = con.sql("SELECT e2e_requests + (SELECT gaps FROM tokens_gap_stats) "
+                         "+ (SELECT count(*) FROM tokens_requests) FROM summary_numbers").fetchall()[0][0]
+    if not measurable:
+        raise BadInput(f"{', '.join(str(t.path) for t in traces)}: nothing to measure: no request has a "
+                       "client.request, server.request or server-clock span, and there are no tokens")
     tables = {name: con.sql(f"SELECT * FROM {name}").to_arrow_table() for name in TABLES}
     warnings = [w for t in traces for w in t.warnings]
     return Analysis(label=label, paths=[str(t.path) for t in traces], tables=tables, roofline_inputs=roof,

@@ -36,6 +36,13 @@ def test_zero_requests(cli: Any, tmp_path: Path) -> None:
     assert r.code == 3 and "no requests" in r.err
 
 
+def test_spans_that_give_no_time_and_no_tokens(cli: Any, tmp_path: Path) -> None:
+    # client-clock spans that are not client.request: a request exists but nothing can be measured
+    p = write_trace(tmp_path / "c", {"spans": spans([("r1", "render", 0, 5 * MS, "client")])})
+    r = cli("analyze", p)
+    assert r.code == 3 and "nothing to measure" in r.err and r.out == ""
+
+
 def test_not_a_trace_and_missing_path(cli: Any, tmp_path: Path) -> None:
     assert cli("analyze", tmp_path / "nope").code == 3
     (tmp_path / "junk").mkdir()
