@@ -88,17 +88,23 @@ class Analysis:
         return self.tables["attribution_requests"]
 
     def token_gaps(self, request_id: str | None = None, trace: str | None = None) -> pa.Table:
-        """Per-token ITL rows (``tokens_gaps``), for one request or all (large on big traces)."""
-        sql = "SELECT * FROM tokens_gaps"
-        where, params = [], []
-        if trace is not None:
-            where.append("trace = ?")
-            params.append(trace)
+        """Per-token ITL rows (``tokens_gaps``) of one request, of one trace, or of all (large).
+
+        A request is selected by its integer ``request_key``, the sort's partition, so
+        only that request's tokens are ordered (fast on big traces).
+        """
+        sql, params = "SELECT * FROM tokens_gaps", []
         if request_id is not None:
-            where.append("request_id = ?")
-            params.append(request_id)
-        if where:
-            sql += " WHERE " + " AND ".join(where)
+            keys = self.query("SELECT request_key FROM tokens_requests WHERE request_id = ?"
+                              + (" AND trace = ?" if trace is not None else ""),
+                              [request_id] + ([trace] if trace is not None else []))
+            found = [k for k in keys.column("request_key").to_pylist() if k is not None]
+            if not found:
+                return self.query(sql + " WHERE false")
+            sql += f" WHERE request_key IN ({', '.join('?' * len(found))})"
+            params = found
+        elif trace is not None:
+            sql, params = sql + " WHERE trace = ?", [trace]
         return self.query(sql + " ORDER BY trace, request_id, index", params)
 
     def to_json(self) -> dict[str, Any]:

@@ -60,6 +60,7 @@ GROUP BY trace, request_id;
 -- components (null = not measured), TTFT, TPOT and token counts.
 -- @column trace: Trace label.
 -- @column request_id: Request id.
+-- @column request_key: Integer key of the request's tokens (tokens_requests); null without tokens. Filter per-token views on it.
 -- @column ok: False when the request failed (requests.status = 'error'); failed requests are left out of aggregates.
 -- @column e2e_ms: End-to-end latency, milliseconds (null when no span gives one).
 -- @column e2e_source: Where e2e comes from: 'client' (client.request), 'server' (server.request) or 'extent' (first to last server-clock event).
@@ -129,7 +130,7 @@ r AS (
 ),
 c AS (
     SELECT
-        trace, request_id, NOT coalesce(failed, false) AS ok,
+        trace, request_id, request_key, NOT coalesce(failed, false) AS ok,
         _e2e_ns / 1e6 AS e2e_ms, e2e_source,
         (client_ns - server_ns) / 1e6 AS network_ms,
         queue_ns / 1e6 AS queue_ms, tokenize_ns / 1e6 AS tokenize_ms,

@@ -83,6 +83,8 @@ def connect(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | Non
     # Analyzers order explicitly where order matters; letting DuckDB drop insertion
     # order parallelises the window over tokens (about 1.6x less wall time).
     con.execute("SET preserve_insertion_order = false")
+    # stderr is for one-line diagnostics; DuckDB's progress bar would draw there on long queries
+    con.execute("SET enable_progress_bar = false")
     for i, t in enumerate(traces):
         t.register(con, prefix=f"_t{i}_")
     for name, spec in TABLES.items():

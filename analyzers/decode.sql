@@ -70,22 +70,23 @@ ORDER BY level, trace, request_id;
 
 -- @view decode_itl_fit
 -- Per-request fit of server-side ITL against kv_len, computed on demand (reads
--- the request's tokens in order; filter on trace and request_id for one request).
+-- tokens in order; for one request filter on request_key).
 -- @column trace: Trace label.
 -- @column request_id: Request id.
+-- @column request_key: Integer key of the request.
 -- @column n: Tokens in the fit (count).
 -- @column base_ms: Intercept: ITL at kv_len 0, milliseconds.
 -- @column per_1k_kv_ms: Slope: added ITL per 1,000 tokens of kv_len, milliseconds.
 -- @column r2: Coefficient of determination, 0..1.
 CREATE OR REPLACE VIEW decode_itl_fit AS
 WITH g AS (
-    SELECT trace, request_id, count(kv_len) AS n, sum(kv_len::DOUBLE) AS sx, sum(kv_len::DOUBLE * kv_len) AS sxx,
+    SELECT trace, request_id, request_key, count(kv_len) AS n, sum(kv_len::DOUBLE) AS sx, sum(kv_len::DOUBLE * kv_len) AS sxx,
         sum(CASE WHEN kv_len IS NOT NULL THEN server_itl_ms END) AS sy,
         sum(CASE WHEN kv_len IS NOT NULL THEN server_itl_ms * server_itl_ms END) AS syy,
         sum(kv_len * server_itl_ms) AS sxy
-    FROM tokens_gaps GROUP BY trace, request_id
+    FROM tokens_gaps GROUP BY trace, request_id, request_key
 )
-SELECT trace, request_id, n, _fit_base(n, sx, sxx, sy, sxy) AS base_ms,
+SELECT trace, request_id, request_key, n, _fit_base(n, sx, sxx, sy, sxy) AS base_ms,
     _fit_slope(n, sx, sxx, sy, sxy) * 1000 AS per_1k_kv_ms, _fit_r2(n, sx, sxx, sy, syy, sxy) AS r2
 FROM g;
 

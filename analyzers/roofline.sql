@@ -123,16 +123,17 @@ GROUP BY agg.n_traces;
 -- @view roofline_tokens
 -- One row per decode token with a measured time: measured against ideal, for
 -- plots of ITL over kv_len with the roofline beside it. Null ideal when the
--- trace's model or GPU is unknown. Reads tokens in order: compute per request.
+-- trace's model or GPU is unknown. Reads tokens in order: for one request filter on request_key.
 -- @column trace: Trace label.
 -- @column request_id: Request id.
+-- @column request_key: Integer key of the request.
 -- @column index: Token index (>= 1).
 -- @column kv_len: Context length of the forward pass, tokens.
 -- @column batch_size: Sequences in the batch (null when not recorded).
 -- @column measured_ms: Step time where recorded, else server-side ITL, milliseconds.
 -- @column ideal_ms: (weight_bytes + batch x kv_len x kv_bytes_per_token) / (bandwidth x GPUs), milliseconds.
 CREATE OR REPLACE VIEW roofline_tokens AS
-SELECT g.trace, g.request_id, g.index, g.kv_len, g.batch_size,
+SELECT g.trace, g.request_id, g.request_key, g.index, g.kv_len, g.batch_size,
     coalesce(g.step_ms, g.server_itl_ms) AS measured_ms,
     CASE WHEN h.kind = 'gpu' AND h.mem_bw_bytes_per_s > 0 THEN
         (h.weight_bytes + coalesce(g.batch_size, 1) * g.kv_len * h.kv_bytes_per_token)

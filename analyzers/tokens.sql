@@ -103,6 +103,8 @@ LEFT JOIN (SELECT DISTINCT trace, request_id FROM requests WHERE status = 'error
 -- @view tokens_gaps
 -- One row per token that has a predecessor in its request (index > 0): the
 -- inter-token latency and, where step times exist, the host time between steps.
+-- For one request filter on request_key: it is the sort's partition, so the
+-- filter is applied before the sort (a filter on request_id scans every token).
 -- @column trace: Trace label.
 -- @column request_id: Request id.
 -- @column request_key: Integer key of the request (see tokens_requests).
@@ -147,10 +149,11 @@ FROM (
 WHERE index > 0 AND server_itl_ms IS NOT NULL;
 
 -- @view tokens_request_itl
--- ITL percentiles per request, computed on demand (reads the request's tokens in
--- order; filter on trace and request_id for one request).
+-- ITL percentiles per request, computed on demand (reads tokens in order; for one
+-- request filter on request_key).
 -- @column trace: Trace label.
 -- @column request_id: Request id.
+-- @column request_key: Integer key of the request.
 -- @column gaps: Tokens with an ITL (count).
 -- @column itl_mean_ms: Mean ITL, milliseconds.
 -- @column itl_p50_ms: Median ITL, milliseconds.
@@ -158,11 +161,11 @@ WHERE index > 0 AND server_itl_ms IS NOT NULL;
 -- @column itl_p99_ms: 99th percentile ITL, milliseconds.
 -- @column itl_max_ms: Largest ITL, milliseconds.
 CREATE OR REPLACE VIEW tokens_request_itl AS
-SELECT trace, request_id, count(*) AS gaps, avg(itl_ms) AS itl_mean_ms,
+SELECT trace, request_id, request_key, count(*) AS gaps, avg(itl_ms) AS itl_mean_ms,
     quantile_cont(itl_ms, 0.5) AS itl_p50_ms, quantile_cont(itl_ms, 0.9) AS itl_p90_ms,
     quantile_cont(itl_ms, 0.99) AS itl_p99_ms, max(itl_ms) AS itl_max_ms
 FROM tokens_gaps
-GROUP BY trace, request_id;
+GROUP BY trace, request_id, request_key;
 
 -- @table tokens_gap_stats
 -- The statistics that need tokens in order (they use each token's gap to the

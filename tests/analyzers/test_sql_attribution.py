@@ -19,7 +19,7 @@ def test_attribution_requests_by_the_rule(toy_con: Any) -> None:
     got = {r["request_id"]: r for r in rows(toy_con, "SELECT * FROM attribution_requests")}
     a, b = got["a"], got["b"]
     assert a == {
-        "trace": "toy", "request_id": "a", "ok": True, "e2e_ms": 150.0, "e2e_source": "client",
+        "trace": "toy", "request_id": "a", "request_key": 1, "ok": True, "e2e_ms": 150.0, "e2e_source": "client",
         "network_ms": 30.0, "queue_ms": 10.0, "tokenize_ms": 2.0, "preprocess_ms": None, "prefill_ms": 28.0,
         "decode_ms": 60.0, "detokenize_ms": None, "postprocess_ms": 5.0, "other_ms": 15.0, "server_ms": 120.0,
         "ttft_ms": 65.0, "ttft_source": "client", "tpot_ms": pytest.approx(85 / 3), "itl_mean_ms": 20.0,
