@@ -1,0 +1,258 @@
+"""The Textual app: one analysis of a trace source, shown on five screens.
+
+Data flow (attributes down, messages up):
+
+* the app owns a :class:`~tracetool.source.TraceSource` and the latest
+  analysed :class:`~tracetool.tui.model.Snapshot` (reactive ``snapshot``);
+* :meth:`TraceApp.request_analysis` starts the one analysis worker (a thread:
+  ``source.snapshot()`` then :func:`analyzers.analyze`), which posts
+  :class:`TraceApp.AnalysisReady` or :class:`TraceApp.AnalysisFailed`; the
+  handler sets ``snapshot`` and every screen redraws from it;
+* a live source (``source.live``) gets a timer every ``source.refresh_s``
+  seconds that calls :meth:`request_analysis`: the UI keeps running while the
+  worker analyses, and a tick that finds the worker busy asks for one more
+  run when it finishes instead of piling up threads.
+
+Nothing here touches DuckDB on the UI thread, and nothing in a worker touches
+a widget: workers post messages.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, ClassVar
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding, BindingType
+from textual.message import Message
+from textual.reactive import var
+from textual.worker import get_current_worker
+
+from tracetool.errors import TracetoolError
+from tracetool.source import TraceSource
+from tracetool.tui.model import AnalysisOptions, Snapshot, View, analyse
+from tracetool.tui.screens.decode import DecodeScreen
+from tracetool.tui.screens.help import HelpScreen
+from tracetool.tui.screens.hypothesis import HypothesisScreen
+from tracetool.tui.screens.overview import OverviewScreen
+from tracetool.tui.screens.requests import RequestsScreen
+from tracetool.tui.screens.sql import SqlScreen
+from tracetool.tui.screens.system import SystemScreen
+
+THEMES = {"dark": "textual-dark", "light": "textual-light"}
+
+
+class TraceApp(App[int]):
+    """``tracetool tui``: where the time went, and which story is wrong."""
+
+    TITLE = "tracetool"
+    CSS_PATH = "styles/app.tcss"
+    MODES: ClassVar = {"overview": OverviewScreen, "decode": DecodeScreen, "system": SystemScreen,
+                       "requests": RequestsScreen, "sql": SqlScreen}
+    DEFAULT_MODE: ClassVar[str] = "overview"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]  # noqa: RUF012 (Textual reads it)
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]  # noqa: RUF012
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("h", "hypothesis", "Test a story"),
+        Binding("t", "next_trace", "Trace"),
+        Binding("r", "reload", "Reload"),
+        Binding("T", "toggle_theme", "Theme", key_display="T"),
+        Binding("1", "switch_mode('overview')", "Overview", show=False),
+        Binding("2", "switch_mode('decode')", "Decode", show=False),
+        Binding("3", "switch_mode('system')", "GPU/CPU", show=False),
+        Binding("4", "switch_mode('requests')", "Requests", show=False),
+        Binding("5", "switch_mode('sql')", "SQL", show=False),
+    ]
+
+    #: The latest analysed snapshot (None until the first analysis finishes).
+    snapshot: var[Snapshot | None] = var(None)
+    #: The label of the view shown ("all" or a trace), None for the first one.
+    selected: var[str | None] = var(None)
+    busy: var[bool] = var(False)
+    error_line: var[str] = var("")
+    status_line: var[str] = var("")
+
+    class AnalysisReady(Message):
+        """A worker finished analysing a snapshot of the source."""
+
+        def __init__(self, snapshot: Snapshot | None, status: str) -> None:
+            super().__init__()
+            self.snapshot = snapshot
+            self.status = status
+
+    class AnalysisFailed(Message):
+        """A worker could not analyse the snapshot; ``error`` is one line, ``exc`` the expected failure."""
+
+        def __init__(self, error: str, status: str, exc: TracetoolError | None = None) -> None:
+            super().__init__()
+            self.error = error
+            self.status = status
+            self.exc = exc
+
+    class OverviewReady(Message):
+        """The overview shows analysed figures for the first time (time to first paint)."""
+
+    def __init__(self, source: TraceSource, options: AnalysisOptions | None = None, *,
+                 initial: Snapshot | Future[Any] | None = None, theme: str = "dark",
+                 timings: dict[str, float] | None = None, timings_path: Path | None = None) -> None:
+        """Args:
+            source: where the traces come from (a directory now, a live stream next).
+            options: analyzer options (``--model``, ``--gpu``).
+            initial: a snapshot already analysed, or a Future of one (the CLI starts the first
+                analysis before importing textual); None to analyse on mount.
+            theme: ``dark``, ``light`` or a Textual theme name.
+            timings: start-up marks (``time.time()``) to extend with ``painted``; kept by reference.
+            timings_path: where to write ``timings`` as JSON at first paint (benchmarks).
+        """
+        super().__init__()
+        self.source = source
+        self.options = options or AnalysisOptions()
+        self.theme = THEMES.get(theme, theme)
+        self._initial = initial
+        self._generation = 1 if initial is not None else 0
+        self._analysing = False
+        self._again = False
+        #: Wall-clock marks (time.time()) of start-up phases; "painted" is added at first paint.
+        self.timings = timings if timings is not None else {}
+        self._timings_path = timings_path
+        self._painted = False
+        #: The expected failure that ended the app (the first analysis of a static source failed).
+        self.fatal: TracetoolError | None = None
+
+    # -- analysis ---------------------------------------------------------------------------
+    def on_mount(self) -> None:
+        self.status_line = self.source.status()
+        if isinstance(self._initial, Snapshot):
+            self.snapshot = self._initial
+        elif isinstance(self._initial, Future):
+            self._analysing = self.busy = True
+            self._await_first(self._initial)
+        else:
+            self.request_analysis()
+        if self.source.live:
+            self.set_interval(max(0.05, self.source.refresh_s), self.request_analysis)
+
+    def request_analysis(self, reload: bool = False) -> None:
+        """Analyse a new snapshot of the source in the worker (or once more after the running one)."""
+        if self._analysing:
+            self._again = True
+            return
+        self._analysing = True
+        self._generation += 1
+        if not self.source.live or self.snapshot is None:
+            self.busy = True
+        self._analyse(self._generation, reload)
+
+    @work(thread=True, exclusive=True, group="analysis", exit_on_error=False)
+    def _await_first(self, first: Future[Any]) -> None:
+        try:
+            snap = first.result()
+        except TracetoolError as e:
+            self.post_message(self.AnalysisFailed(str(e), _status(self.source), e))
+            return
+        except Exception as e:
+            self.post_message(self.AnalysisFailed(f"{type(e).__name__}: {e}", _status(self.source)))
+            return
+        self.post_message(self.AnalysisReady(snap, _status(self.source)))
+
+    @work(thread=True, exclusive=True, group="analysis", exit_on_error=False)
+    def _analyse(self, generation: int, reload: bool) -> None:
+        worker = get_current_worker()
+        try:
+            if reload:
+                again = getattr(self.source, "reload", None)
+                if callable(again):
+                    again()
+            snap = analyse(self.source, self.options, generation)
+        except TracetoolError as e:
+            self.post_message(self.AnalysisFailed(str(e), _status(self.source), e))
+            return
+        except Exception as e:  # a worker must report, not die silently
+            self.post_message(self.AnalysisFailed(f"{type(e).__name__}: {e}", _status(self.source)))
+            return
+        if not worker.is_cancelled:
+            self.post_message(self.AnalysisReady(snap, _status(self.source)))
+
+    def on_trace_app_analysis_ready(self, message: AnalysisReady) -> None:
+        self._finished()
+        self.status_line = message.status
+        self.error_line = ""
+        if message.snapshot is not None:
+            if self.selected is not None and self.selected not in message.snapshot.views:
+                self.selected = None
+            self.snapshot = message.snapshot
+
+    def on_trace_app_analysis_failed(self, message: AnalysisFailed) -> None:
+        if self.snapshot is None and not self.source.live and message.exc is not None:
+            self.fatal = message.exc  # nothing to show: the CLI prints the one line and exits 3
+            self.exit(return_code=message.exc.exit_code)
+            return
+        self._finished()
+        self.status_line = message.status
+        self.error_line = message.error
+        self.notify(message.error, title="analysis failed", severity="error", timeout=6)
+
+    def _finished(self) -> None:
+        self._analysing = False
+        self.busy = False
+        if self._again:
+            self._again = False
+            self.request_analysis()
+
+    def current_view(self) -> View | None:
+        return self.snapshot.view(self.selected) if self.snapshot is not None else None
+
+    def overview_painted(self) -> None:
+        """Called by the overview after the refresh that drew analysed figures."""
+        if self._painted or self.snapshot is None:
+            return
+        self._painted = True
+        self.timings["painted"] = time.time()
+        if self._timings_path is not None:
+            self._timings_path.write_text(json.dumps(self.timings))
+        self.post_message(self.OverviewReady())
+
+    # -- actions ----------------------------------------------------------------------------
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_hypothesis(self) -> None:
+        view = self.current_view()
+        if view is None:
+            self.notify("nothing analysed yet", severity="warning")
+            return
+        if not isinstance(self.screen, HypothesisScreen):
+            self.push_screen(HypothesisScreen(view))
+
+    def action_next_trace(self) -> None:
+        if self.snapshot is None or len(self.snapshot.views) < 2:
+            self.notify("one trace: nothing to switch", timeout=2)
+            return
+        labels = self.snapshot.labels
+        current = self.current_view()
+        i = labels.index(current.label) if current is not None else -1
+        self.selected = labels[(i + 1) % len(labels)]
+
+    def action_reload(self) -> None:
+        self.request_analysis(reload=True)
+
+    def action_toggle_theme(self) -> None:
+        self.theme = THEMES["light"] if self.theme == THEMES["dark"] else THEMES["dark"]
+
+
+def _status(source: TraceSource) -> str:
+    try:
+        return source.status()
+    except Exception as e:  # a status line must never take the viewer down
+        return f"status unavailable ({type(e).__name__})"
+
+
+__all__ = ["THEMES", "TraceApp"]

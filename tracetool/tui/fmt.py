@@ -1,0 +1,64 @@
+"""Numbers as the screens print them: units always, "-" for what was not measured."""
+
+from __future__ import annotations
+
+import math
+
+
+def ms(x: float | None, digits: int = 1) -> str:
+    """Milliseconds, switching to seconds from 1,000 ms and to µs below 0.1 ms."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    if abs(x) >= 1000:
+        return f"{x / 1000:,.2f} s"
+    if 0 < abs(x) < 0.1:
+        return f"{x * 1000:.1f} µs"
+    if abs(x) < 10:
+        digits = max(digits, 2)
+    return f"{x:,.{digits}f} ms"
+
+
+def pct(share: float | None) -> str:
+    """A 0..1 share as percent, with more digits for tiny shares (0.008 %, not 0.0 %)."""
+    if share is None:
+        return "-"
+    p = share * 100
+    if p == 0 or abs(p) >= 0.1:
+        return f"{p:.1f} %"
+    return f"{p:.1g} %" if abs(p) >= 0.001 else "<0.001 %"
+
+
+def num(x: float | None, digits: int = 0) -> str:
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def count(n: int | None) -> str:
+    return "-" if n is None else f"{n:,}"
+
+
+def tok_s(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.1f} tok/s" if x < 100 else f"{x:,.0f} tok/s"
+
+
+def seconds(s: float | None) -> str:
+    if s is None:
+        return "-"
+    return f"{s * 1000:.0f} ms" if s < 1 else f"{s:,.2f} s"
+
+
+def axis(x: float) -> str:
+    """A short tick label: 1.2k, 35, 0.25."""
+    a = abs(x)
+    if a >= 1e6:
+        return f"{x / 1e6:.1f}M"
+    if a >= 1e4:
+        return f"{x / 1e3:.0f}k"
+    if a >= 1e3:
+        return f"{x / 1e3:.1f}k"
+    if a >= 10 or x == 0:
+        return f"{x:.0f}"
+    if a >= 1:
+        return f"{x:.1f}"
+    return f"{x:.2g}"

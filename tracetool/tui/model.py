@@ -1,0 +1,121 @@
+"""What the screens show: one analysis of a source's snapshot, and the views into it.
+
+The app never computes figures itself. A snapshot of the source goes through
+:func:`analyzers.analyze` once (in a worker thread); :class:`Snapshot` keeps
+the :class:`~analyzers.Analysis` with its ``--json`` document, per trace and
+combined, and the screens render :class:`View` objects from it. Every story
+the viewer can test is asked for up front (``claims=`` every claim key), so
+the hypothesis key reads a verdict the analyzer already gave instead of
+running the analysis again.
+
+No textual here: this module is tested, and used by the benchmark, headless.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from analyzers import Analysis
+    from tracetool.source import TraceSource
+
+#: The label of the view that holds every trace together.
+ALL = "all"
+
+
+@dataclass(frozen=True)
+class AnalysisOptions:
+    """The analyzer options the viewer passes through (``tracetool tui --model/--gpu``)."""
+
+    model: str | None = None
+    gpu: str | None = None
+    gpus: int | None = None
+
+
+@dataclass(frozen=True)
+class View:
+    """One analysis a screen renders: all traces together, or one of them.
+
+    ``lock`` serialises SQL on the analysis's DuckDB connection: the trace tables
+    are registered on that connection only (a cursor does not see them), and a
+    connection serves one thread at a time.     """
+
+    label: str
+    analysis: Analysis
+    doc: dict[str, Any]
+    lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+
+    def claim(self, key: str) -> dict[str, Any] | None:
+        """The analyzer's verdict row (``claims`` table) for a claim key."""
+        return next((r for r in self.analysis.rows("claims") if r["key"] == key), None)
+
+
+@dataclass
+class Snapshot:
+    """An analysed snapshot of a source.
+
+    Attributes:
+        views: label -> view; ``"all"`` first when there are several traces.
+        generation: increases with every snapshot the app receives.
+        status: the source's status line when the snapshot was taken.
+        elapsed_s: time spent reading and analysing, seconds.
+        timings: phase -> seconds (``snapshot``, ``analyze``, ``json``).
+    """
+
+    views: dict[str, View]
+    generation: int
+    status: str
+    source_label: str
+    elapsed_s: float
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def labels(self) -> list[str]:
+        return list(self.views)
+
+    def view(self, label: str | None) -> View:
+        """The view called ``label``, or the first one when it is gone (a live server dropped out)."""
+        if label is not None and label in self.views:
+            return self.views[label]
+        return next(iter(self.views.values()))
+
+
+def story_keys() -> list[str]:
+    """Every claim key the analyzer knows, in its catalogue's order."""
+    from analyzers import CLAIMS
+
+    return list(CLAIMS)
+
+
+def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0) -> Snapshot | None:
+    """Take a snapshot of ``source`` and analyse it; None when a live source has no data yet.
+
+    Raises:
+        BadInput: the traces cannot be analysed (no requests, unreadable).
+        UsageError: an unknown ``--model`` or ``--gpu`` preset.
+    """
+    t0 = time.perf_counter()
+    traces = source.snapshot()
+    status = source.status()
+    if not traces:
+        return None
+    t1 = time.perf_counter()
+    import analyzers
+
+    a = analyzers.analyze(traces, model=options.model, gpu=options.gpu, gpus=options.gpus,
+                          claims=story_keys())
+    t2 = time.perf_counter()
+    views: dict[str, View] = {}
+    if len(a.traces) > 1:
+        views[ALL] = View(ALL, a, a.to_json())
+    for t in a.traces:  # one trace: a.traces == [a], a single view
+        views[t.label] = View(t.label, t, t.to_json())
+    t3 = time.perf_counter()
+    return Snapshot(views=views, generation=generation, status=status, source_label=source.label,
+                    elapsed_s=t3 - t0, timings={"snapshot": t1 - t0, "analyze": t2 - t1, "json": t3 - t2})
+
+
+__all__ = ["ALL", "AnalysisOptions", "Snapshot", "View", "analyse", "story_keys"]

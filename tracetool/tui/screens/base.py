@@ -1,0 +1,97 @@
+"""What every trace screen shares: the status line, the tabs, the footer, and when to reload.
+
+Attributes down: the app holds the analysed :class:`~tracetool.tui.model.Snapshot`
+and the selected view as reactives; each screen watches them and redraws
+itself from :meth:`TraceScreen.show_view`. A screen that is not on top marks
+itself stale and redraws when it comes back, so a live source refreshing at
+4 Hz costs only the screen the user is looking at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from textual.app import ComposeResult
+from textual.screen import Screen
+from textual.widget import Widget
+from textual.widgets import Footer
+
+from tracetool.tui.model import View
+from tracetool.tui.widgets.nav_bar import NavBar
+from tracetool.tui.widgets.status_bar import StatusBar
+
+if TYPE_CHECKING:
+    from tracetool.tui.app import TraceApp
+
+
+class TraceScreen(Screen[None]):
+    """A screen of the app's modes; subclasses compose :meth:`compose_body` and implement :meth:`show_view`."""
+
+    MODE: ClassVar[str] = ""
+    #: Watched app attributes that change the status line.
+    _HEADER_ATTRS = ("snapshot", "selected", "busy", "error_line", "status_line")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._stale = True
+        self._shown: tuple[int, str] | None = None
+
+    @property
+    def trace_app(self) -> TraceApp:
+        from tracetool.tui.app import TraceApp
+
+        assert isinstance(self.app, TraceApp)
+        return self.app
+
+    def compose(self) -> ComposeResult:
+        yield StatusBar(id="status")
+        yield NavBar(self.MODE, id="nav")
+        yield from self.compose_body()
+        yield Footer()
+
+    def compose_body(self) -> Iterable[Widget]:
+        return ()
+
+    def on_mount(self) -> None:
+        for attr in self._HEADER_ATTRS:
+            self.watch(self.app, attr, self._header_changed, init=False)
+        self.watch(self.app, "snapshot", self._data_changed, init=False)
+        self.watch(self.app, "selected", self._data_changed, init=False)
+        self._header_changed(None)
+        self._data_changed(None)
+
+    def on_screen_resume(self) -> None:
+        self._header_changed(None)
+        if self._stale:
+            self._reload()
+
+    def _header_changed(self, _value: Any) -> None:
+        app = self.trace_app
+        self.query_one(StatusBar).show(app.snapshot, app.selected, app.status_line, app.error_line, app.busy)
+
+    def _data_changed(self, _value: Any) -> None:
+        self._stale = True
+        if self.is_current:
+            self._reload()
+
+    def _reload(self) -> None:
+        view = self.trace_app.current_view()
+        if view is None:
+            self.show_waiting()
+            return
+        key = (self.trace_app.snapshot.generation if self.trace_app.snapshot else -1, view.label)
+        self._stale = False
+        if key == self._shown:
+            return
+        self._shown = key
+        self.show_view(view)
+
+    def show_view(self, view: View) -> None:
+        """Draw ``view``; start workers for anything that needs SQL."""
+
+    def show_waiting(self) -> None:
+        """Nothing analysed yet (a live source with no data)."""
+
+
+__all__ = ["TraceScreen"]

@@ -1,0 +1,41 @@
+"""The Diagnosis panel: the usual suspects, each with the analyzer's verdict, share and evidence."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from textual.containers import Vertical
+from textual.content import Content
+from textual.widgets import Static
+
+from tracetool.tui import fmt
+from tracetool.tui.story import VERDICT_STYLE, DiagnosisRow
+
+LEGEND = "✓ supported  ~ contributing  ✗ misdiagnosis  ? unmeasured"
+
+
+class Diagnosis(Vertical):
+    """One block per suspect: badge, name, share of e2e, verdict; the evidence; the finding that backs it.
+
+    Evidence lines are their own widgets so that wrapped text keeps its indent.
+    """
+
+    def show(self, rows: Sequence[DiagnosisRow]) -> None:
+        blocks: list[Static] = []
+        for r in rows:
+            style = VERDICT_STYLE.get(r.verdict, "")
+            share = fmt.pct(r.share) if r.share is not None else "-"
+            blocks.append(Static(Content.assemble((f"{r.badge} ", f"bold {style}"), (f"{r.name:<20}", "bold"),
+                                                  f"{share:>9}  ", (r.verdict, style)), classes="suspect"))
+            blocks.append(Static(Content.styled(r.evidence, "$text-muted"), classes="evidence"))
+            if r.finding:
+                warn = r.finding["severity"] == "warning"
+                blocks.append(Static(Content.styled(f"{'!' if warn else '·'} {r.finding['title']}",
+                                                    "$text-warning" if warn else "$text-muted"), classes="evidence"))
+        blocks.append(Static(Content.styled(LEGEND, "$text-muted"), classes="legend"))
+        with self.app.batch_update():
+            self.remove_children()
+            self.mount_all(blocks)
+
+
+__all__ = ["LEGEND", "Diagnosis"]

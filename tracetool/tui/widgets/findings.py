@@ -1,0 +1,31 @@
+"""Every finding that fired, warnings first, with the numbers it quotes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from textual.containers import Vertical
+from textual.content import Content
+from textual.widgets import Static
+
+
+class Findings(Vertical):
+    """Findings of the analysis (docs/findings.md), as the analyzer wrote them."""
+
+    def show(self, findings: Sequence[dict[str, Any]]) -> None:
+        blocks: list[Static] = []
+        for f in findings:
+            warn = f["severity"] == "warning"
+            blocks.append(Static(Content.assemble(("! " if warn else "· ", "$text-warning" if warn else "$text-muted"),
+                                                  (f["title"], "bold"), (f"  {f['id']}", "$text-muted")),
+                                 classes="finding"))
+            blocks.append(Static(Content.styled(f["detail"], "$text-muted"), classes="evidence"))
+        if not blocks:
+            blocks.append(Static(Content.styled("no findings fired", "$text-muted")))
+        with self.app.batch_update():
+            self.remove_children()
+            self.mount_all(blocks)
+
+
+__all__ = ["Findings"]

@@ -1,0 +1,54 @@
+"""The top line: which traces, what the source says (file, connected, disconnected), which view."""
+
+from __future__ import annotations
+
+from textual.content import Content
+from textual.widget import Widget
+
+from tracetool.tui import fmt
+from tracetool.tui.model import Snapshot
+
+
+class StatusBar(Widget):
+    """Source label and status, the view shown (``t`` cycles), requests and tokens, and the last error."""
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self._snapshot: Snapshot | None = None
+        self._selected: str | None = None
+        self._status = ""
+        self._error = ""
+        self._busy = False
+
+    def show(self, snapshot: Snapshot | None, selected: str | None, status: str, error: str,
+             busy: bool) -> None:
+        self._snapshot, self._selected, self._status, self._error, self._busy = (
+            snapshot, selected, status, error, busy)
+        self.refresh()
+
+    def render(self) -> Content:
+        parts: list[str | tuple[str, str]] = [(" tracetool ", "bold reverse")]
+        s = self._snapshot
+        label = s.source_label if s else ""
+        parts += [" ", (label, "bold")]
+        status = self._status or (s.status if s else "")
+        if status:
+            bad = status.startswith("disconnected") or "error" in status
+            parts += ["  ", (status, "$text-error" if bad else "$text-muted")]
+        if s is not None:
+            view = s.view(self._selected)
+            if len(s.views) > 1:
+                parts += ["  view ", (view.label, "bold $text-accent"), (f" ({len(s.views) - 1} traces, t)", "$text-muted")]
+            doc = view.doc
+            tokens = (doc.get("decode") or {}).get("output_tokens")
+            parts += ["  ", f"{fmt.count(doc.get('requests'))} requests", "  ", f"{fmt.count(tokens)} tokens"]
+            if doc.get("failed_requests"):
+                parts += ["  ", (f"{doc['failed_requests']:,} failed", "$text-error")]
+        if self._busy:
+            parts += ["  ", ("analysing…", "$text-warning")]
+        if self._error:
+            parts += ["  ", (self._error, "bold $text-error")]
+        return Content.assemble(*parts).truncate(self.size.width, ellipsis=True)
+
+
+__all__ = ["StatusBar"]

@@ -1,0 +1,72 @@
+"""The e2e waterfall: the nine components one under the other, each bar starting where the last ended."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.content import Content
+from textual.widget import Widget
+
+from tracetool.tui import fmt
+
+_EIGHTHS = " ▏▎▍▌▋▊▉█"
+NAME_W, MS_W, SHARE_W = 12, 10, 9
+
+
+class Waterfall(Widget):
+    """Components of e2e (the analysis's ``components``) with their mean time and share of e2e.
+
+    A component no request measured says "not measured" (unknown, not zero) and
+    draws no bar.
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self._components: dict[str, dict[str, Any]] = {}
+        self._bottleneck: str | None = None
+        self._e2e: dict[str, Any] = {}
+
+    def show(self, doc: dict[str, Any]) -> None:
+        self._components = doc.get("components") or {}
+        self._bottleneck = doc.get("bottleneck")
+        self._e2e = doc.get("e2e_ms") or {}
+        self.refresh(layout=True)
+
+    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
+        return len(self._components) + 1 if self._components else 1
+
+    def render(self) -> Content:
+        if not self._components:
+            return Content.styled("no analysis yet", "$text-muted")
+        width = self.size.width
+        bar_w = max(4, width - NAME_W - MS_W - SHARE_W - 3)
+        lines: list[Content] = []
+        start = 0.0
+        for name, c in self._components.items():
+            head = (f"{name:<{NAME_W}}", "bold" if name == self._bottleneck else "")
+            if not c.get("measured"):
+                lines.append(Content.assemble(head, (f"{'not measured':>{MS_W + SHARE_W}}", "$text-muted italic")))
+                continue
+            share = c.get("share") or 0.0
+            bar = _bar(start, share, bar_w)
+            start += share
+            style = "$text-warning" if name == self._bottleneck else "$text-primary"
+            mark = " ◀" if name == self._bottleneck else ""
+            lines.append(Content.assemble(head, f"{fmt.ms(c.get('ms')):>{MS_W}}", f"{fmt.pct(share):>{SHARE_W}} ",
+                                          (bar, style), (mark, "$text-warning")))
+        lines.append(Content.assemble((f"{'e2e (mean)':<{NAME_W}}", "$text-muted"),
+                                      f"{fmt.ms(self._e2e.get('mean')):>{MS_W}}",
+                                      (f"{'':>{SHARE_W}} over {fmt.count(self._e2e.get('n'))} requests", "$text-muted")))
+        return Content("\n").join(lines)
+
+
+def _bar(start: float, share: float, width: int) -> str:
+    """Blank up to ``start``, then ``share`` of ``width`` in eighths of a cell (at least one eighth)."""
+    lead = int(start * width)
+    eighths = max(1, round(share * width * 8))
+    full, part = divmod(eighths, 8)
+    body = "█" * full + (_EIGHTHS[part] if part else "")
+    return (" " * lead + body)[:width]
+
+
+__all__ = ["Waterfall"]
