@@ -84,3 +84,19 @@ def test_failed_requests_are_left_out_of_aggregates(tmp_path: Any) -> None:
     assert rows(con, "SELECT gaps FROM tokens_gap_stats")[0]["gaps"] == 4
     ids = [r["id"] for r in rows(con, "SELECT id FROM findings")]
     assert "failed-requests" in ids
+
+
+def test_a_failed_request_without_tokens_counts_as_failed(tmp_path: Any) -> None:
+    import pyarrow as pa
+    from analyzer_scenarios import MS, spans, tokens, write_trace
+
+    import analyzers
+
+    p = write_trace(tmp_path / "t", {
+        "spans": spans([("ok", "server.request", 0, 50 * MS, "server"), ("bad", "server.request", 0, 900 * MS, "server")]),
+        "tokens": tokens([{"request_id": "ok", "index": i, "emit_ns": (10 + i) * MS} for i in range(3)]),
+        "requests": pa.table({"request_id": ["bad"], "status": ["error"]})})
+    con = analyzers.connect([p])
+    assert rows(con, "SELECT request_id, ok FROM attribution_requests ORDER BY 1") == [
+        {"request_id": "bad", "ok": False}, {"request_id": "ok", "ok": True}]
+    assert rows(con, "SELECT n, mean_ms FROM latency_percentiles WHERE metric = 'e2e'") == [{"n": 1, "mean_ms": 50.0}]
