@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "record": ("tracetool.cli.record_cmd:record", "Run a Python program with the collectors and write its trace."),
     "import": ("tracetool.cli.import_cmd:import_", "Import a vLLM bench / GenAI-Perf / AIPerf benchmark file as a trace."),
     "export": ("tracetool.cli.export_cmd:export", "Export a trace as Chrome trace-event JSON for ui.perfetto.dev."),
+    "report": ("tracetool.cli.report_cmd:report", "CI latency report and pass/fail gate: baseline, budgets, md/json/junit."),
     "tui": ("tracetool.cli.tui_cmd:tui", "Browse a trace in the terminal: where the time went, which story is wrong."),
 }
 

@@ -1,0 +1,84 @@
+"""``report``: the CI latency report and pass/fail gate (docs/ci-reports.md).
+
+Thin layer over :mod:`tracetool.report`: read the budget, analyse the trace
+and the baseline, run the gate, write the chosen format to stdout or ``-o``,
+and print the failing lines on stderr (exit 1 when a check failed).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from tracetool.cli.common import warn
+from tracetool.errors import EXIT_OK, EXIT_THRESHOLD, BadInput
+
+
+@click.command()
+@click.argument("trace", type=click.Path(path_type=Path))
+@click.option("--baseline", type=click.Path(path_type=Path), metavar="TRACE",
+              help="A trace of the same workload to compare with: p50/p95 TTFT, ITL, TPOT and e2e must not be "
+                   "significantly slower than the tolerance (bootstrap CI, requests as units).")
+@click.option("--budget", "budget_file", type=click.Path(path_type=Path), metavar="FILE.toml",
+              help="Budgets in TOML: p95_ttft_ms = 500 (absolute), p50_itl_pct = 10 (relative to the "
+                   "baseline), network = 0.2 (max share of e2e), and a [report] table.")
+@click.option("--format", "fmt", type=click.Choice(["md", "json", "junit"]), default="md", show_default=True,
+              help="md: GitHub-flavoured Markdown (job summary); json: the versioned document; junit: JUnit "
+                   "XML, one test case per check.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), metavar="FILE",
+              help="Write the report to FILE instead of stdout.")
+@click.option("--tolerance", "tolerance_pct", type=click.FloatRange(min=0), metavar="PCT",
+              help="Slowdown the default regression checks allow, percent (default 5, or [report] "
+                   "tolerance_pct).")
+@click.option("--model", help="Model preset or config.json for the roofline (as in analyze).")
+@click.option("--gpu", help="GPU preset for the roofline (as in analyze).")
+@click.option("--claim", "claims", multiple=True, metavar="NAME",
+              help="A story to judge (repeatable; as in analyze): network-rtt, tokenizer, ...")
+def report(trace: Path, baseline: Path | None, budget_file: Path | None, fmt: str, output: Path | None,
+           tolerance_pct: float | None, model: str | None, gpu: str | None, claims: tuple[str, ...]) -> int:
+    """Latency report and CI gate for TRACE: percentiles, breakdown, findings, checks.
+
+    Prints TTFT/ITL/TPOT/e2e percentiles, where the time went, the analysis'
+    findings and claim verdicts. With --baseline, each p50 and p95 is compared
+    with a seeded bootstrap confidence interval (requests resampled as units):
+    the run fails only when the whole interval lies above the tolerance (5 %),
+    so noise does not flap the gate. --budget adds absolute, relative and share
+    limits. TRACE may be any v1 trace, imported ones included (what they cannot
+    measure is skipped, not zero).
+
+    Exit codes: 0 all checks passed, 1 a check failed (failing lines on
+    stderr), 2 usage (e.g. a relative budget without --baseline), 3 bad input
+    (not a trace, no requests, a bad budget file).
+    """
+    from tracetool.report import analyse, build_report, load_budget, render
+    from tracetool.report.budget import Budget
+
+    budget = load_budget(budget_file) if budget_file is not None else Budget()
+    budget.require_baseline(baseline is not None)  # a usage error before minutes of analysis
+    run = analyse(trace, model=model, gpu=gpu, claims=claims)
+    base = analyse(baseline, role="baseline", model=model, gpu=gpu) if baseline is not None else None
+    for w in run.warnings:
+        warn(w)
+    for w in base.warnings if base else []:
+        warn(f"baseline: {w}")
+    rep = build_report(run, base, budget, tolerance_pct=tolerance_pct)
+    doc = rep.to_json()
+    for c in doc["checks"]:
+        if c["status"] == "skip":
+            warn(f"skipped {c['key']}: {c['message']}")
+    text = render(doc, fmt)
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as e:
+            raise BadInput(f"{output}: cannot write the report ({e.strerror or e})") from e
+        s = doc["summary"]
+        warn(f"wrote {output}: {s['checks']} checks, {s['failed']} failed, {s['warned']} warned, "
+             f"{s['skipped']} skipped")
+    for line in rep.failing_lines():
+        warn(line)
+    return EXIT_OK if rep.passed else EXIT_THRESHOLD

@@ -1,0 +1,141 @@
+"""The Markdown report: GitHub-flavoured, for ``$GITHUB_STEP_SUMMARY`` and PR comments.
+
+Rendered from the JSON document (docs/ci-reports.md) alone, so the two never
+disagree. Every table has a header, a delimiter row and the same number of
+cells in each row; pipes in text are escaped. No timestamps, no paths.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracetool.report import fmt
+
+STATUS_MARK = {"pass": "✅", "warn": "⚠️", "fail": "❌", "skip": "⚪"}
+SEVERITY_MARK = {"warning": "⚠️", "info": "ℹ️"}
+VERDICT_MARK = {"supported": "✅", "contributing": "➖", "misdiagnosis": "❌", "unmeasured": "❔"}
+
+
+def render_markdown(doc: dict[str, Any]) -> str:
+    """The whole report as Markdown text (ends with a newline)."""
+    out: list[str] = []
+    t, b = doc["trace"], doc["baseline"]
+    title = f"`{t['label']}`" + (f" vs baseline `{b['label']}`" if b else "")
+    out.append(f"## {'✅' if doc['passed'] else '❌'} Latency report: {title}")
+    out.append("")
+    out.append(_verdict_line(doc))
+    out.append("")
+    if doc.get("headline"):
+        out.append(f"> {doc['headline']}")
+        out.append("")
+    if t.get("source"):
+        out.append(f"Imported from `{t['source']}`: client-side timings only; server phases are not measured "
+                   "(shown as –, never as 0).")
+        out.append("")
+    if doc["checks"]:
+        out += ["### Checks", ""]
+        rows = [[STATUS_MARK[c["status"]], c["title"], _measured(c), c["message"]] for c in doc["checks"]]
+        out += table(["", "check", "measured", "detail"], rows, "clll")
+        out.append("")
+    out += ["### Latency", ""]
+    out += _latency_table(doc["latency"])
+    out.append("")
+    if doc["comparison"] is not None:
+        s = doc["settings"]
+        out += ["### Compared with the baseline", ""]
+        conf = f"{s['confidence'] * 100:g} % CI"
+        rows = []
+        for c in doc["comparison"]:
+            ci = ("–" if c["ci_low_pct"] is None
+                  else f"{fmt.pct(c['ci_low_pct'])} … {fmt.pct(c['ci_high_pct'])}")
+            p = "–" if c["mann_whitney_p"] is None else f"{c['mann_whitney_p']:.3f}"
+            rows.append([fmt.stat_name(c["stat"], c["metric"]), fmt.ms(c["baseline_ms"]), fmt.ms(c["candidate_ms"]),
+                         fmt.pct(c["delta_pct"]), ci, p, c["change"] or c["note"] or "–"])
+        out += table(["statistic", "baseline", "this run", "change", conf, "Mann-Whitney p", ""], rows, "lrrrlrl")
+        out.append("")
+        out.append(f"<sub>{conf}: percentile bootstrap, {s['bootstrap']:,} resamples (seed {s['seed']}), "
+                   "requests resampled as units (a request's tokens stay together). Mann-Whitney: one-sided "
+                   "p that this run is slower, per-request values (mean ITL per request).</sub>")
+        out.append("")
+    out += ["### Where the time went", ""]
+    measured = {k: c for k, c in doc["components"].items() if c["measured"]}
+    unmeasured = [k for k, c in doc["components"].items() if not c["measured"]]
+    if measured:
+        rows = [[name, fmt.ms(c["ms"]), fmt.share(c["share"]),
+                 "◀ bottleneck" if name == doc.get("bottleneck") else ""] for name, c in measured.items()]
+        out += table(["component", "mean per request", "share of e2e", ""], rows, "lrrl")
+        out.append("")
+    if unmeasured:
+        out.append(f"Not measured (unknown, not zero): {', '.join(unmeasured)}.")
+        out.append("")
+    if doc["findings"]:
+        out += ["### Findings", ""]
+        rows = [[SEVERITY_MARK.get(f["severity"], ""), f"**{f['title']}** (`{f['id']}`)", f["detail"]]
+                for f in doc["findings"]]
+        out += table(["", "finding", "evidence"], rows, "cll")
+        out.append("")
+    if doc["claims"]:
+        out += ["### Claims", ""]
+        rows = [[f"“{c['claim']}”", f"{VERDICT_MARK.get(c['verdict'], '')} {c['verdict']}", fmt.share(c["share"]),
+                 c["detail"]] for c in doc["claims"]]
+        out += table(["claim", "verdict", "share of e2e", "evidence"], rows, "llrl")
+        out.append("")
+    out.append(f"<sub>{doc['format']} v{doc['version']} · `tracetool report --format json` has every number "
+               "· docs/ci-reports.md</sub>")
+    return "\n".join(out) + "\n"
+
+
+def _verdict_line(doc: dict[str, Any]) -> str:
+    s, t, b = doc["summary"], doc["trace"], doc["baseline"]
+    if s["checks"]:
+        parts = [f"{s['passed']} passed"]
+        parts += [f"{s[k]} {k}" for k in ("warned", "failed", "skipped") if s[k]]
+        verdict = f"**{'Passed' if doc['passed'] else 'Failed'}**: {s['checks']} checks, {', '.join(parts)}"
+    else:
+        verdict = "**No checks** (no baseline and no budget)"
+    runs = f"{_requests(t)}" + (f" · baseline {_requests(b)}" if b else "")
+    budget = doc["settings"]["budget"]
+    tail = f" · budget `{budget}`" if budget else ""
+    return f"{verdict} · {runs}{tail}"
+
+
+def _requests(r: dict[str, Any]) -> str:
+    failed = f" ({r['failed_requests']} failed)" if r["failed_requests"] else ""
+    return f"{r['requests']} requests{failed}"
+
+
+def _measured(c: dict[str, Any]) -> str:
+    if c["value"] is None:
+        return "–"
+    if c["unit"] == "pct":
+        return f"{fmt.pct(c['value'])} ({fmt.pct(c['ci_low'])} … {fmt.pct(c['ci_high'])})"
+    if c["unit"] == "ms":
+        return fmt.ms(c["value"])
+    return fmt.share(c["value"])
+
+
+def _latency_table(lat: dict[str, Any]) -> list[str]:
+    rows = []
+    for m, p in lat.items():
+        rows.append([fmt.METRIC_NAMES[m], p["clock"] or "–", f"{p['n']:,}",
+                     *(fmt.ms(p[k]) for k in ("mean", "p50", "p90", "p95", "p99"))])
+    return table(["metric", "clock", "n", "mean", "p50", "p90", "p95", "p99"], rows, "llrrrrrr")
+
+
+def table(header: list[str], rows: list[list[str]], align: str) -> list[str]:
+    """A GitHub-flavoured table; ``align`` has one of ``l``, ``r``, ``c`` per column."""
+    delim = {"l": "---", "r": "---:", "c": ":---:"}
+    lines = [_row(header), "|" + "|".join(delim[a] for a in align) + "|"]
+    lines += [_row(r) for r in rows]
+    return lines
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(_cell(c) for c in cells) + " |"
+
+
+def _cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+__all__ = ["render_markdown", "table"]
