@@ -56,11 +56,25 @@ class SamplerSpec:
     target: str
     default_hz: float
     help: str
+    min_hz: float = 0.0
+    max_hz: float = float("inf")
+
+    def check(self, name: str, hz: float) -> float:
+        """Refuse a bad rate before anything starts (exit 2), not as a note afterwards."""
+        if not (self.min_hz <= hz <= self.max_hz) or hz <= 0:
+            raise UsageError(f"--{name}: rate must be in ({self.min_hz:g}, {self.max_hz:g}] Hz, got {hz:g}")
+        return hz
 
 
-#: Samplers offered as ``--<name>[=HZ]`` flags, e.g.
-#: ``"nvml": SamplerSpec("collectors.system:start_nvml", 10.0, "Sample GPUs with NVML.")``.
-SAMPLERS: dict[str, SamplerSpec] = {}
+#: Samplers offered as ``--<name>[=HZ]`` flags by ``record`` and ``serve``
+#: (limits as in collectors.nvml.MAX_HZ / collectors.pyspy.MAX_HZ; docs/system-collectors.md).
+SAMPLERS: dict[str, SamplerSpec] = {
+    "nvml": SamplerSpec("collectors.system:start_nvml", 10.0,
+                        "Sample GPUs with NVML (GPM on Hopper+) into the gpu table.", max_hz=100.0),
+    "pyspy": SamplerSpec("collectors.system:start_pyspy", 100.0,
+                         "Sample the program's Python stacks with py-spy (non-blocking) into the stacks table.",
+                         min_hz=1.0, max_hz=500.0),
+}
 
 
 def child_env(out: Path, options: Mapping[str, Any] | None = None,
@@ -175,6 +189,8 @@ def run_recording(command: Sequence[str], out: str | os.PathLike[str], *, force:
     unknown = [n for n in (samplers or {}) if n not in SAMPLERS]
     if unknown:
         raise UsageError(f"unknown sampler {unknown[0]!r}")
+    for name, hz in (samplers or {}).items():
+        SAMPLERS[name].check(name, hz)
     exe = shutil.which(command[0])
     if exe is None:
         raise UsageError(f"command not found: {command[0]}")

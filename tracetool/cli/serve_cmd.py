@@ -82,6 +82,11 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
 
     if not (device in ("auto", "cpu") or device.startswith("cuda")):
         raise UsageError(f"--device must be cpu, cuda, cuda:N or auto, not {device!r}")
+    from collectors.record import SAMPLERS
+
+    chosen = {k.removeprefix("sampler_"): v for k, v in samplers.items() if v is not None}
+    for name, hz in chosen.items():
+        SAMPLERS[name].check(name, hz)
     out = output or Path(tempfile.mkdtemp(prefix="tracetool-serve-"))
     limits = Limits(max_body_bytes=max_body_bytes, max_prompt_tokens=max_prompt_tokens,
                     max_output_tokens=max_output_tokens)
@@ -89,7 +94,7 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
                       max_batch=max_batch, max_waiting=max_queue, limits=limits, device=device, seed=seed,
                       threads=threads,
                       graceful_s=graceful_timeout, force=force or output is None,
-                      samplers={k.removeprefix("sampler_"): v for k, v in samplers.items() if v is not None})
+                      samplers=chosen)
     return run_server(cfg)
 
 
