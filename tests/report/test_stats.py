@@ -95,3 +95,17 @@ def test_mann_whitney_against_hand_computed_values() -> None:
     assert mann_whitney_greater(np.array([4.0, 5, 6]), np.array([1.0, 2, 3])) > 0.95
     assert mann_whitney_greater(np.array([2.0, 2]), np.array([2.0, 2])) is None
     assert mann_whitney_greater(np.array([]), np.array([1.0])) is None
+
+
+def test_importing_the_report_package_stays_light() -> None:
+    """Budgets, statistics and renderers load without DuckDB, torch or Textual (analyse() loads
+    the analyzers when called)."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import sys, json, tracetool.report, tracetool.cli.report_cmd\n"
+            "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded = set(json.loads(out.strip().splitlines()[-1]))
+    assert not loaded & {"duckdb", "torch", "textual", "pandas", "analyzers"}
