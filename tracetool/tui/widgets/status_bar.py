@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from textual.content import Content
 from textual.widget import Widget
 
@@ -35,7 +37,9 @@ class StatusBar(Widget):
         if status:
             bad = status.startswith("disconnected") or "error" in status
             parts += ["  ", (status, "$text-error" if bad else "$text-muted")]
-        if s is not None:
+        if self._error:  # the error first: it is what the user needs to read
+            parts += ["  ", ("⚠ " + _short_paths(self._error), "bold $text-error")]
+        elif s is not None:
             view = s.view(self._selected)
             if len(s.views) > 1:
                 parts += ["  view ", (view.label, "bold $text-accent"), (f" ({len(s.views) - 1} traces, t)", "$text-muted")]
@@ -46,9 +50,12 @@ class StatusBar(Widget):
                 parts += ["  ", (f"{doc['failed_requests']:,} failed", "$text-error")]
         if self._busy:
             parts += ["  ", ("analysing…", "$text-warning")]
-        if self._error:
-            parts += ["  ", (self._error, "bold $text-error")]
         return Content.assemble(*parts).truncate(self.size.width, ellipsis=True)
+
+
+def _short_paths(text: str) -> str:
+    """``/long/dir/chat/tokens.arrows`` -> ``chat/tokens.arrows``: the header has one line."""
+    return re.sub(r"(?:/[^\s/:]+)*/([^\s/:]+/[^\s/:]+)", r"\1", text)
 
 
 __all__ = ["StatusBar"]
