@@ -58,7 +58,9 @@ class Trace:
         if t is not None:
             return t
         if name in TABLES:
-            return TABLES[name].arrow_schema.empty_table()
+            # from_batches, not Schema.empty_table(): the latter imports pandas (~0.4 s) through
+            # pyarrow's Python-object conversion, on every command's start-up path.
+            return pa.Table.from_batches([], schema=TABLES[name].arrow_schema)
         raise KeyError(name)
 
     def rows(self, name: str) -> int:
@@ -301,13 +303,15 @@ def check_rows(table: pa.Table, spec: Table, where: str) -> None:
             raise TraceFormatError(f"{bad} row(s) with {end} < {start}", path=where, table=spec.name,
                                    column=end)
     if spec.name == "spans" and table.num_rows:
-        unknown = pc.unique(pc.filter(table.column("clock"),
-                                      pc.invert(pc.is_in(table.column("clock"), pa.array(CLOCKS)))))
-        if len(unknown):
-            raise TraceFormatError(f"unknown clock {unknown[0].as_py()!r} (expected one of {', '.join(CLOCKS)})",
+        # Distinct values compared in Python: building an Arrow array from Python values
+        # (pa.array(CLOCKS)) would import pandas on every read.
+        unknown = [c for c in pc.unique(table.column("clock")).to_pylist() if c not in CLOCKS]
+        if unknown:
+            raise TraceFormatError(f"unknown clock {unknown[0]!r} (expected one of {', '.join(CLOCKS)})",
                                    path=where, table=spec.name, column="clock")
     if spec.name == "tokens" and table.num_rows:
-        neg = pc.sum(pc.cast(pc.less(table.column("index"), 0), pa.int64())).as_py()
+        lowest = pc.min(table.column("index")).as_py()  # no Python scalar (and no pandas) unless one is negative
+        neg = pc.sum(pc.cast(pc.less(table.column("index"), 0), pa.int64())).as_py() if lowest < 0 else 0
         if neg:
             raise TraceFormatError(f"{neg} row(s) with a negative index", path=where, table=spec.name,
                                    column="index")
