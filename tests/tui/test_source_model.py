@@ -54,6 +54,15 @@ def test_source_module_stays_headless() -> None:
     assert not loaded & {"textual", "duckdb", "torch", "pandas"}, loaded & {"textual", "duckdb", "torch", "pandas"}
 
 
+def test_reading_and_analysing_never_import_pandas(chat: Path) -> None:
+    """pandas costs ~0.4 s of the first paint; pyarrow imports it on any Python-to-Arrow conversion."""
+    code = ("import sys\nfrom tracetool.source import DirectorySource\nfrom tracetool.tui.model import "
+            f"AnalysisOptions, analyse\nanalyse(DirectorySource([{str(chat)!r}]), AnalysisOptions())\n"
+            "print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "False"
+
+
 def test_snapshot_has_one_view_per_trace_and_all(traces: Path, chat: Path, snap: Any) -> None:
     one = snap(chat)
     assert one is not None and one.labels == ["chat"]

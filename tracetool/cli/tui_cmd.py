@@ -64,6 +64,11 @@ def tui(traces: tuple[Path, ...], model: str | None, gpu: str | None, gpus: int 
         raise UsageError("tracetool tui needs an interactive terminal (stdin and stderr must be a TTY); "
                          "use tracetool analyze for text or --json")
     options = AnalysisOptions(model=model, gpu=gpu, gpus=gpus)
+    # Imports hold the GIL: import the analyzers here, so that the thread below runs DuckDB
+    # (which releases it) while this thread imports textual, instead of two imports taking turns.
+    import analyzers  # noqa: F401
+
+    marks["analyzers"] = time.time()
     first: Future[Any] = Future()
 
     def run() -> None:

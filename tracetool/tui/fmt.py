@@ -57,7 +57,7 @@ def axis(x: float) -> str:
         return f"{x / 1e3:.0f}k"
     if a >= 1e3:
         return f"{x / 1e3:.1f}k"
-    if a >= 10 or x == 0:
+    if a >= 10 or float(x).is_integer():
         return f"{x:.0f}"
     if a >= 1:
         return f"{x:.1f}"

@@ -76,9 +76,10 @@ class DecodeScreen(TraceScreen):
         self.query_one("#index-title", Static).update(
             f"ITL over token index · p50 and p90 per bin · {fmt.count(data.tokens)} tokens · clock {itl.get('clock') or '-'}")
         top = max([p90 for _, _, p90 in data.by_index] or [1.0]) * 1.1
-        by_index.plot([Series("p90", [(x, p90) for x, _, p90 in data.by_index], "$text-muted"),
+        by_index.plot([Series("p90", [(x, p90) for x, _, p90 in data.by_index], "$text-warning"),
                        Series("p50", [(x, p50) for x, p50, _ in data.by_index], "$text-primary")],
-                      y_range=(0, top), caption="x: token index · y: ms", empty="no decode tokens")
+                      x_range=(1, max([x for x, _, _ in data.by_index] or [1])), y_range=(0, top),
+                      caption="x: token index · y: ms", empty="no decode tokens")
         what = "step time" if data.basis == "step" else "server-side ITL"
         self.query_one("#kv-title", Static).update(f"{what.capitalize()} against kv_len · the fit's basis")
         by_kv.plot(_kv_series(data, decode), x_range=data.kv_range,
@@ -93,10 +94,10 @@ def _kv_series(data: DecodeData, decode: dict[str, Any]) -> list[Series]:
     series = [Series("tokens", [(x, y) for x, y, _ in data.density], "$text-success", "points")]
     fit, roof = decode.get("fit"), decode.get("roofline")
     if fit and fit.get("per_1k_kv_ms") is not None:
-        series.append(Series("fit", _line(fit["base_ms"], fit["per_1k_kv_ms"], lo, hi), "$text-warning"))
+        series.append(Series("fit", _line(fit["base_ms"], fit["per_1k_kv_ms"], lo, hi), "$text-primary"))
     if roof and roof.get("ideal_base_ms") is not None and roof.get("ideal_per_1k_kv_ms") is not None:
         series.append(Series("roofline ideal", _line(roof["ideal_base_ms"], roof["ideal_per_1k_kv_ms"], lo, hi),
-                             "$text-accent"))
+                             "$text-warning"))
     return series
 
 

@@ -1,0 +1,112 @@
+"""``tracetool tui`` in a real terminal: tmux runs it, we send keys and read the pane like a user.
+
+The tmux server is private to the test (its own socket), so it never touches a
+user's sessions. Waits poll the pane until the text appears (an external process
+offers no event to await), with a generous deadline for a loaded machine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")]
+
+DEADLINE_S = 90.0
+
+
+class Tmux:
+    def __init__(self, socket: str) -> None:
+        self.socket = socket
+
+    def run(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True,
+                              check=True).stdout
+
+    def pane(self) -> str:
+        return self.run("capture-pane", "-p", "-t", "tui")
+
+    def keys(self, *keys: str) -> None:
+        for k in keys:
+            self.run("send-keys", "-t", "tui", k)
+
+    def wait_for(self, what: Callable[[str], bool] | str, deadline: float = DEADLINE_S) -> str:
+        test = (lambda text: what in text) if isinstance(what, str) else what
+        end = time.monotonic() + deadline
+        text = ""
+        while time.monotonic() < end:
+            text = self.pane()
+            if test(text):
+                return text
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what!r}; the pane shows:\n{text}")
+
+
+@pytest.fixture
+def tmux() -> Tmux:
+    t = Tmux(f"tracetool-test-{os.getpid()}")
+    yield t
+    subprocess.run(["tmux", "-L", t.socket, "kill-server"], capture_output=True)
+
+
+def test_tui_in_a_real_terminal(tmux: Tmux, chat: Path, tmp_path: Path) -> None:
+    status = tmp_path / "exit-status"
+    command = f"{sys.executable} -m tracetool tui {chat}; echo $? > {status}; sleep 30"
+    tmux.run("new-session", "-d", "-s", "tui", "-x", "120", "-y", "40", command)
+    first = tmux.wait_for("decode is the bottleneck: 92.2 % of e2e")
+    assert "✗ network RTT" in first and "1 Overview" in first and "q Quit" in first
+    tmux.keys("2")
+    assert "ITL over token index" in tmux.wait_for("x: kv_len (tokens)")
+    tmux.keys("4")
+    tmux.wait_for("chat-05")
+    tmux.keys("Enter")
+    detail = tmux.wait_for("client.request")
+    assert "request  chat-05" in detail and "server.request" in detail
+    # Escape and the next key must not arrive together (ESC + h reads as Alt+h, as in any terminal).
+    tmux.keys("Escape")
+    tmux.wait_for("enter opens one")
+    tmux.keys("h")
+    tmux.wait_for("Test a hypothesis")
+    tmux.keys("Down", "Enter")
+    assert "MISDIAGNOSIS" in tmux.wait_for("MISDIAGNOSIS")
+    tmux.keys("Escape")
+    tmux.wait_for(lambda text: "Test a hypothesis" not in text)
+    tmux.keys("5")
+    tmux.wait_for("read-only")
+    for ch in "SELECT count(*) AS n FROM tokens":
+        tmux.keys(ch if ch != " " else "Space")
+    tmux.keys("Enter")
+    assert "2680" in tmux.wait_for(lambda text: "1 rows" in text).replace(",", "")
+    tmux.keys("Escape")
+    tmux.wait_for(lambda text: "Stop / leave input" in text and "Quit" in text)  # the input let go of the keys
+    tmux.keys("q")
+    end = time.monotonic() + DEADLINE_S
+    while not status.exists() or not status.read_text().strip():
+        assert time.monotonic() < end, "tracetool tui did not exit on q"
+        time.sleep(0.1)
+    assert status.read_text().strip() == "0"
+    assert "Traceback" not in tmux.pane()
+
+
+def test_tui_bad_trace_in_a_real_terminal(tmux: Tmux, tmp_path: Path) -> None:
+    from tui_traces import bad_trace
+
+    status = tmp_path / "exit-status"
+    bad = bad_trace(tmp_path / "bad")
+    tmux.run("new-session", "-d", "-s", "tui", "-x", "80", "-y", "24",
+             f"{sys.executable} -m tracetool tui {bad}; echo $? > {status}; sleep 30")
+    text = tmux.wait_for("tracetool: error:")
+    end = time.monotonic() + DEADLINE_S
+    while not status.exists() or not status.read_text().strip():
+        assert time.monotonic() < end
+        time.sleep(0.1)
+    assert status.read_text().strip() == "3"
+    assert "Traceback" not in text and "tokens.arrows" in text
