@@ -64,6 +64,22 @@ async def test_number_keys_switch_screens_and_q_quits(chat: Path, make_app: Any)
     assert app.return_code == 0
 
 
+async def test_tabs_and_table_headers_take_clicks(chat: Path, make_app: Any) -> None:
+    app = make_app(chat)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.click("#nav", offset=(14, 0))  # "2 Decode"
+        await settle(pilot)
+        assert isinstance(app.screen, DecodeScreen)
+        await pilot.press("4")
+        await settle(pilot)
+        table = app.screen.query_one("#requests", DataTable)
+        await pilot.click("#requests", offset=(30, 0))  # the "ITL p50" header
+        await settle(pilot)
+        itl = [float(str(table.get_row_at(i)[3]).split()[0]) for i in range(table.row_count)]
+        assert itl == sorted(itl, reverse=True)
+
+
 async def test_help_screen_lists_the_keys(chat: Path, make_app: Any) -> None:
     app = make_app(chat)
     async with app.run_test(size=SIZE) as pilot:

@@ -28,8 +28,10 @@ class Tmux:
         self.socket = socket
 
     def run(self, *args: str) -> str:
+        # pytest exports COLUMNS/LINES (80x24); the app would size itself by them, not by the pane.
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
         return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True,
-                              check=True).stdout
+                              check=True, env=env).stdout
 
     def pane(self) -> str:
         return self.run("capture-pane", "-p", "-t", "tui")
@@ -61,8 +63,11 @@ def test_tui_in_a_real_terminal(tmux: Tmux, chat: Path, tmp_path: Path) -> None:
     status = tmp_path / "exit-status"
     command = f"{sys.executable} -m tracetool tui {chat}; echo $? > {status}; sleep 30"
     tmux.run("new-session", "-d", "-s", "tui", "-x", "120", "-y", "40", command)
-    first = tmux.wait_for("decode is the bottleneck: 92.2 % of e2e")
-    assert "✗ network RTT" in first and "1 Overview" in first and "q Quit" in first
+    tmux.wait_for("decode is the bottleneck: 92.2 % of e2e")
+    first = tmux.wait_for("✗ network RTT")  # the Diagnosis panel, beside the waterfall at 120 columns
+    assert "Where the time went" in first and "Diagnosis · the usual suspects" in first
+    assert "1 Overview" in first and "q Quit" in first and "✓ decode" in first
+    assert tmux.run("display", "-p", "-t", "tui", "#{window_width}x#{window_height}").strip() == "120x40"
     tmux.keys("2")
     assert "ITL over token index" in tmux.wait_for("x: kv_len (tokens)")
     tmux.keys("4")

@@ -53,7 +53,8 @@ class DecodeData:
             (server-side gap) — the decode fit's basis, so the fitted line fits the points.
         by_index: (token index, ITL p50 ms, ITL p90 ms) per index bin.
         density: (kv_len, ms, tokens) at the centre of every non-empty cell of a
-            kv_len x time grid.
+            kv_len x time grid; tokens above the grid (past 1.5 x the 95th percentile,
+            e.g. steps stretched by a prefill) are counted in its top row.
         kv_range, y_max: the grid's extent.
         tokens: decode tokens plotted.
     """
@@ -77,7 +78,7 @@ def decode_data(view: View) -> DecodeData:
         ),
         s AS (
             SELECT count(*) AS n, max(index) AS imax, min(kv_len) AS lo, max(kv_len) AS hi,
-                   quantile_cont(y, 0.99) AS yq, max(y) AS ymax FROM g
+                   quantile_cont(y, 0.95) AS yq, max(y) AS ymax FROM g
         ),
         lim AS (SELECT *, greatest(coalesce(least(yq * 1.5, ymax), 0), 1e-6) AS ytop FROM s)
         SELECT 'stats' AS kind, n::DOUBLE, lo::DOUBLE, hi::DOUBLE, ytop, imax::DOUBLE FROM lim
@@ -89,7 +90,7 @@ def decode_data(view: View) -> DecodeData:
         SELECT 'kv', xb::DOUBLE, yb::DOUBLE, count(*)::DOUBLE, NULL, NULL
         FROM (SELECT least(((g.kv_len - lim.lo) * {KV_BINS}) // (lim.hi - lim.lo + 1), {KV_BINS - 1}) AS xb,
                      least(floor(g.y / lim.ytop * {Y_BINS}), {Y_BINS - 1})::BIGINT AS yb
-              FROM g, lim WHERE g.kv_len IS NOT NULL AND g.y IS NOT NULL AND g.y >= 0 AND g.y <= lim.ytop)
+              FROM g, lim WHERE g.kv_len IS NOT NULL AND g.y IS NOT NULL AND g.y >= 0)
         GROUP BY xb, yb
     """)
     out = DecodeData(basis=basis)

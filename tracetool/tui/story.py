@@ -29,22 +29,23 @@ class Suspect:
     """A row of the Diagnosis panel: the name users know, the claims and findings behind it."""
 
     name: str
+    short: str
     claims: tuple[str, ...]
     findings: tuple[str, ...]
 
 
 #: The usual suspects (DOMAIN.md §3), in the order a request meets them.
 SUSPECTS = (
-    Suspect("network RTT", ("network",),
+    Suspect("network RTT", "network", ("network",),
             ("network-dominant", "network-slow-link", "short-outputs", "network-not-bottleneck",
              "network-unmeasured")),
-    Suspect("tokenizer", ("tokenize",), ("tokenizer-pathological", "cpu-tokenize-hot", "tokenizer-negligible")),
-    Suspect("queueing", ("queue",), ("queue-dominant",)),
-    Suspect("prefill", ("prefill",), ("prefill-dominant", "prefill-stalls")),
-    Suspect("decode", ("decode",),
+    Suspect("tokenizer", "tokenizer", ("tokenize",), ("tokenizer-pathological", "cpu-tokenize-hot", "tokenizer-negligible")),
+    Suspect("queueing", "queueing", ("queue",), ("queue-dominant",)),
+    Suspect("prefill", "prefill", ("prefill",), ("prefill-dominant", "prefill-stalls")),
+    Suspect("decode", "decode", ("decode",),
             ("decode-dominant", "low-bandwidth-efficiency", "host-overhead", "decode-compute-heavy",
              "small-model-or-cpu", "kv-growth", "throughput-conflation", "decode-memory-bound")),
-    Suspect("pre/post-processing", ("preprocess", "postprocess"), ("pipeline-dominant",)),
+    Suspect("pre/post-processing", "pre/post", ("preprocess", "postprocess"), ("pipeline-dominant",)),
 )
 
 
@@ -53,6 +54,7 @@ class DiagnosisRow:
     """What the Diagnosis panel prints for one suspect."""
 
     name: str
+    short: str
     verdict: str
     badge: str
     share: float | None
@@ -82,7 +84,7 @@ def diagnosis(view: View) -> list[DiagnosisRow]:
             evidence += "; " + ", ".join(c["component"] for c in found if c not in measured) + " not measured"
         hits = [fired[f] for f in s.findings if f in fired]
         hits.sort(key=lambda f: f["severity"] != "warning")  # warnings first, catalogue order kept
-        rows.append(DiagnosisRow(s.name, verdict, BADGES.get(verdict, "?"), share, evidence,
+        rows.append(DiagnosisRow(s.name, s.short, verdict, BADGES.get(verdict, "?"), share, evidence,
                                  hits[0] if hits else None))
     return rows
 

@@ -81,9 +81,11 @@ class DecodeScreen(TraceScreen):
                       x_range=(1, max([x for x, _, _ in data.by_index] or [1])), y_range=(0, top),
                       caption="x: token index · y: ms", empty="no decode tokens")
         what = "step time" if data.basis == "step" else "server-side ITL"
-        self.query_one("#kv-title", Static).update(f"{what.capitalize()} against kv_len · the fit's basis")
-        by_kv.plot(_kv_series(data, decode), x_range=data.kv_range,
-                   y_range=(0, data.y_max) if data.y_max else None,
+        self.query_one("#kv-title", Static).update(f"{what.capitalize()} against kv_len · tokens (cells with ≥1 % of their column), median, fit, roofline")
+        series = _kv_series(data, decode)
+        lines = [y for sr in series if sr.kind == "line" for _, y in sr.points]
+        top = min(max([data.y_max, *lines]), 2 * data.y_max) if data.y_max else None
+        by_kv.plot(series, x_range=data.kv_range, y_range=(0, top) if top else None,
                    caption="x: kv_len (tokens) · y: ms", empty="no decode token carries kv_len")
 
 
@@ -91,7 +93,8 @@ def _kv_series(data: DecodeData, decode: dict[str, Any]) -> list[Series]:
     if data.kv_range is None:
         return []
     lo, hi = data.kv_range
-    series = [Series("tokens", [(x, y) for x, y, _ in data.density], "$text-success", "points")]
+    dots, median = _density(data.density)
+    series = [Series("tokens", dots, "$text-success", "points"), Series("median", median, "")]
     fit, roof = decode.get("fit"), decode.get("roofline")
     if fit and fit.get("per_1k_kv_ms") is not None:
         series.append(Series("fit", _line(fit["base_ms"], fit["per_1k_kv_ms"], lo, hi), "$text-primary"))
@@ -99,6 +102,27 @@ def _kv_series(data: DecodeData, decode: dict[str, Any]) -> list[Series]:
         series.append(Series("roofline ideal", _line(roof["ideal_base_ms"], roof["ideal_per_1k_kv_ms"], lo, hi),
                              "$text-warning"))
     return series
+
+
+def _density(cells: list[tuple[float, float, int]], floor: float = 0.01
+             ) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """Cells holding at least ``floor`` of their kv_len column's tokens (stray outliers would
+    otherwise paint a solid block), and the column's median, read off the binned counts."""
+    columns: dict[float, list[tuple[float, int]]] = {}
+    for kv, ms, n in cells:
+        columns.setdefault(kv, []).append((ms, n))
+    dots, median = [], []
+    for kv in sorted(columns):
+        col = sorted(columns[kv])
+        total = sum(n for _, n in col)
+        dots += [(kv, ms) for ms, n in col if n >= floor * total]
+        seen = 0
+        for ms, n in col:
+            seen += n
+            if seen * 2 >= total:
+                median.append((kv, ms))
+                break
+    return dots, median
 
 
 def _line(base: float, per_1k: float, lo: float, hi: float, n: int = 64) -> list[tuple[float, float]]:
@@ -120,7 +144,8 @@ def _fit_text(d: dict[str, Any]) -> Content:
     if roof:
         parts += ["\nroofline  ideal ", (f"{fmt.ms(roof.get('ideal_base_ms'), 2)} + "
                                          f"{roof.get('ideal_per_1k_kv_ms') or 0:.3f} ms per 1k kv_len", "bold"),
-                  f" ({roof.get('model')} on {roof.get('gpu_count')}× {roof.get('gpu')})",
+                  f" at batch {roof.get('batch_mean') or 1:,.1f} ({roof.get('model')} on {roof.get('gpu_count')}× "
+                  f"{roof.get('gpu')})",
                   "\n          measured ", (fmt.ms(roof.get("measured_step_ms"), 2), "bold"), " vs ideal ",
                   (fmt.ms(roof.get("ideal_step_ms"), 2), "bold"), " = ",
                   (fmt.pct(roof.get("bandwidth_efficiency")), "bold"), " of peak bandwidth · compute/memory ",

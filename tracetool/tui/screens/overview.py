@@ -63,7 +63,7 @@ def _verdict_line(rows: list[DiagnosisRow]) -> Content:
     for i, r in enumerate(rows):
         if i:
             parts.append(("  ", ""))
-        parts += [(r.badge, f"bold {VERDICT_STYLE.get(r.verdict, '')}"), f" {r.name}"]
+        parts += [(r.badge, f"bold {VERDICT_STYLE.get(r.verdict, '')}"), f" {r.short}"]
     return Content.assemble(*parts)
 
 

@@ -102,7 +102,8 @@ class SqlScreen(TraceScreen):
         for row in r.rows:
             table.add_row(*(_cell(v) for v in row))
         more = f", first {MAX_ROWS} shown" if r.truncated else ""
-        msg.update(Content.styled(f"{len(r.rows):,} rows{more} · {r.elapsed_s * 1000:.0f} ms", "$text-muted"))
+        took = f" · took {r.elapsed_s:.1f} s" if r.elapsed_s >= 1 else ""  # only when it matters
+        msg.update(Content.styled(f"{len(r.rows):,} rows{more}{took}", "$text-muted"))
 
     def action_leave(self) -> None:
         view = self.trace_app.current_view()

@@ -35,7 +35,7 @@ class StatusBar(Widget):
         parts += [" ", (label, "bold")]
         status = self._status or (s.status if s else "")
         if status:
-            bad = status.startswith("disconnected") or "error" in status
+            bad = "disconnected" in status or "error" in status
             parts += ["  ", (status, "$text-error" if bad else "$text-muted")]
         if self._error:  # the error first: it is what the user needs to read
             parts += ["  ", ("⚠ " + _short_paths(self._error), "bold $text-error")]
