@@ -81,11 +81,12 @@ class DecodeScreen(TraceScreen):
                       x_range=(1, max([x for x, _, _ in data.by_index] or [1])), y_range=(0, top),
                       caption="x: token index · y: ms", empty="no decode tokens")
         what = "step time" if data.basis == "step" else "server-side ITL"
-        self.query_one("#kv-title", Static).update(f"{what.capitalize()} against kv_len · tokens (cells with ≥1 % of their column), median, fit, roofline")
+        self.query_one("#kv-title", Static).update(
+            f"{what.capitalize()} against kv_len · tokens (cells with ≥1 % of their column), median, fit, roofline")
         series = _kv_series(data, decode)
         lines = [y for sr in series if sr.kind == "line" for _, y in sr.points]
-        top = min(max([data.y_max, *lines]), 2 * data.y_max) if data.y_max else None
-        by_kv.plot(series, x_range=data.kv_range, y_range=(0, top) if top else None,
+        kv_top = min(max([data.y_max, *lines]), 2 * data.y_max) if data.y_max else None
+        by_kv.plot(series, x_range=data.kv_range, y_range=(0, kv_top) if kv_top else None,
                    caption="x: kv_len (tokens) · y: ms", empty="no decode token carries kv_len")
 
 
