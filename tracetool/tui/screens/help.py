@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Static
@@ -23,26 +23,29 @@ KEYS = (
     ("? / q", "this help / quit"),
 )
 
-TEXT = """Every figure comes from the analyzers (tracetool analyze): the screens only draw them.
-Components follow the attribution rule of docs/trace-format.md; "not measured" means the
-trace cannot say (unknown, not zero). Shares are of the summed e2e.
-
-Diagnosis badges: ✓ supported (the story holds), ~ contributing, ✗ misdiagnosis
-(measured, and too small to matter), ? unmeasured (record what is missing).
-Thresholds and the findings catalogue: docs/findings.md."""
+TEXT = (
+    "Every figure comes from the analyzers (tracetool analyze): the screens only draw them. Components "
+    "follow the attribution rule of docs/trace-format.md; \"not measured\" means the trace cannot say "
+    "(unknown, not zero). Shares are of the summed e2e.",
+    "Diagnosis badges: ✓ supported (the story holds), ~ contributing, ✗ misdiagnosis (measured, and too "
+    "small to matter), ? unmeasured (record what is missing). Thresholds and the findings catalogue: "
+    "docs/findings.md.",
+)
 
 
 class HelpScreen(ModalScreen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,question_mark,q", "app.pop_screen", "Close")]
 
     def compose(self) -> ComposeResult:
-        lines: list[Content] = [Content.styled("tracetool tui · keys", "bold"), Content("")]
-        for key, what in KEYS:
-            lines.append(Content.assemble((f"{key:>12}  ", "bold $text-accent"), what))
-        lines += [Content(""), Content.styled(TEXT, "$text-muted"), Content(""),
-                  Content.styled("esc closes", "$text-muted")]
         with VerticalScroll(id="help"):
-            yield Static(Content("\n").join(lines))
+            yield Static(Content.styled("tracetool tui · keys", "bold"), classes="help-title")
+            for key, what in KEYS:
+                with Horizontal(classes="help-row"):
+                    yield Static(Content.styled(key, "bold $text-accent"), classes="help-key")
+                    yield Static(what, classes="help-what")
+            for paragraph in TEXT:
+                yield Static(Content.styled(paragraph, "$text-muted"), classes="help-text")
+            yield Static(Content.styled("esc closes", "$text-muted"), classes="help-text")
 
 
 __all__ = ["HelpScreen"]
