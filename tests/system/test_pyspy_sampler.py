@@ -67,6 +67,11 @@ def classify(*frames_root_first: tuple[str, str], extra: tuple[Path, ...] = ()) 
       ("sleeper", "/srv/app.py")], "other"),
     # wait() in threading.py is only idle as the innermost frame
     ([("Condition.wait", LIB + "threading.py"), ("callback", "/srv/app.py")], "other"),
+    # a script whose path matches a rule does not claim what runs under its module body
+    ([("<module>", "/srv/slow_tokenizer.py"), ("_find_and_load", "<frozen importlib._bootstrap>"),
+      ("<module>", SP + "transformers/models/__init__.py")], "other"),
+    ([("<module>", "/srv/slow_tokenizer.py"), ("compute", "/srv/app.py")], "other"),
+    ([("<module>", "/srv/slow_tokenizer.py"), ("Tokenizer.encode", SP + "tokenizers/__init__.py")], "tokenize"),
 ])
 def test_default_rules(frames: list[tuple[str, str]], category: str) -> None:
     assert classify(*frames) == category
