@@ -37,18 +37,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tracetool import schema
 from tracetool.errors import BadInput, UsageError
 from tracetool.meta import write_meta
 from tracetool.reader import Trace, open_trace
 from tracetool.schema import CLIENT_REQUEST, SERVER_REQUEST, TABLES, table_file_name
 from tracetool.summary import request_ids
 
-#: The extra table merge writes (documented in docs/serving.md).
-CLOCK_OFFSETS = pa.schema([
-    pa.field("request_id", pa.string(), nullable=False),
-    pa.field("offset_ns", pa.int64()),   # server clock − client clock (symmetric-delay estimate)
-    pa.field("network_ns", pa.int64()),  # client.request − server.request durations
-])
+#: The table merge writes (an optional table of the format, docs/trace-format.md).
+CLOCK_OFFSETS = schema.CLOCK_OFFSETS.arrow_schema
 
 
 @dataclass

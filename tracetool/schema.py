@@ -187,7 +187,19 @@ REQUESTS = Table(
     ),
 )
 
-TABLES: dict[str, Table] = {t.name: t for t in (SPANS, TOKENS, GPU, STACKS, STEPS, REQUESTS)}
+CLOCK_OFFSETS = Table(
+    "clock_offsets",
+    "Optional, written by `tracetool merge`: per joined request, the estimated offset between the "
+    "clocks, for drawing a joined timeline only (network time never depends on it).",
+    (
+        _c("request_id", STR, "Request id.", True),
+        _c("offset_ns", I64, "Server clock minus client clock, nanoseconds, estimated as NTP does "
+           "(symmetric delay): ((t2 - t1) + (t3 - t4)) / 2."),
+        _c("network_ns", I64, "(t4 - t1) - (t3 - t2), nanoseconds: client.request minus server.request."),
+    ),
+)
+
+TABLES: dict[str, Table] = {t.name: t for t in (SPANS, TOKENS, GPU, STACKS, STEPS, REQUESTS, CLOCK_OFFSETS)}
 
 #: Interned-string row layout used by the writer's integer buffers: a null in
 #: an integer column travels as this sentinel and becomes a real null on flush.

@@ -9,8 +9,9 @@ import pytest
 
 import analyzers
 from analyzers.modules import MODULES, documented_objects, load
+from tracetool.schema import TABLES
 
-INPUT_VIEWS = {"spans", "tokens", "gpu", "stacks", "steps", "requests"}
+INPUT_VIEWS = set(TABLES)  # the trace tables themselves (docs/trace-format.md)
 #: Words a column's doc must contain for the unit its name ends with.
 UNITS = {"_ms": "milliseconds", "_ns": "nanoseconds", "_s": "seconds", "_pct": "percent", "_bytes": "bytes",
          "_tok_s": "tokens per second", "_w": "watts", "_share": "0..1", "_per_s": "per second"}

@@ -21,6 +21,7 @@ ROWS = {
     "stacks": [(10, "MainThread", "tokenize", "main;encode;_bpe", 3), (11, "worker", "idle", "run;wait", 1)],
     "steps": [(0, 100, 200, 4, 512, 0, 512), (1, 200, 260, 4, 0, 4, 2052)],
     "requests": [("r1", 12, 2, "ok", None, 48), ("r2", None, 1, "error", "boom", None)],
+    "clock_offsets": [("r1", -1_500, 4_000), ("r2", None, None)],
 }
 
 

@@ -57,10 +57,10 @@ def validate(trace: Path, as_json: bool) -> int:
                    f"{'' if t.meta.get('closed', True) else ', recording not closed'}")
         for c in checks:
             nfiles = len(c["files"])
-            click.echo(f"ok  {c['table']:<10} {nfiles} file{'s' if nfiles != 1 else ''}, "
+            click.echo(f"ok  {c['table']:<13} {nfiles} file{'s' if nfiles != 1 else ''}, "
                        f"{fmt_int(c['rows'])} rows: {c['checked']}")
         for name in missing:
-            click.echo(f"--  {name:<10} not recorded")
+            click.echo(f"--  {name:<13} not recorded")
         total = sum(c["rows"] for c in checks)
         click.echo(f"valid: {t.path} ({len(checks)} tables, {fmt_int(total)} rows)")
     for w in t.warnings:
