@@ -89,7 +89,17 @@ WITH f AS (
     SELECT 'network-slow-link',
         'network adds ' || _ms(s.network_ms) || ' per request (same-region RTT is 0.25-3 ms, cross-region 25-250 ms): '
         || 'a slow, congested or distant link, or new connections paying TCP and TLS round trips'
-    FROM summary_numbers AS s, _thresholds AS t
+        -- a client.connect span (tracetool probe) times the TCP handshake: one RTT to whoever accepts
+        || CASE WHEN c.n > 0 AND c.p50_ms * 4 < s.network_ms
+            THEN '; but TCP connect took only ' || _ms(c.p50_ms) || ' (p50 of ' || c.n || '): the delay comes '
+                 || 'after the handshake, from a proxy or load balancer in the path, or a server that reads '
+                 || 'requests late (busy event loop, accept backlog)'
+            WHEN c.n > 0 THEN '; TCP connect took ' || _ms(c.p50_ms) || ' (p50 of ' || c.n || '), consistent '
+                 || 'with a long round trip'
+            ELSE '' END
+    FROM summary_numbers AS s, _thresholds AS t,
+        (SELECT count(*) AS n, median((end_ns - start_ns) / 1e6) AS p50_ms
+         FROM spans WHERE name = 'client.connect') AS c
     WHERE s.network_ms >= t.slow_network_ms
     UNION ALL
     SELECT 'network-not-bottleneck',

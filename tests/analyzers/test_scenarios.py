@@ -72,6 +72,33 @@ def test_tiny_outputs_over_a_slow_link_flip_to_network(tmp_path: Path) -> None:
     assert "decode-dominant" not in findings(doc) and "network-not-bottleneck" not in findings(doc)
 
 
+def _detail(doc: dict[str, Any], finding: str) -> str:
+    return next(f["detail"] for f in doc["findings"] if f["id"] == finding)
+
+
+@pytest.mark.parametrize(("connect_ms", "says"), [(2.0, "after the handshake"), (290.0, "consistent with")])
+def test_slow_link_finding_weighs_the_tcp_connect_rtt(tmp_path: Path, connect_ms: float, says: str) -> None:
+    """300 ms of network with a 2 ms TCP handshake is not the link's RTT: say so; with a 290 ms
+    handshake the long round trip is confirmed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tracetool.reader import open_trace
+
+    d = scenario(tmp_path / "t", [Req(start=i * 1000, network=300, prefill=30, output=3, itl=20)
+                                  for i in range(6)])
+    trace = open_trace(d)
+    spans_file = trace.files["spans"][0]
+    connect = pa.table({"request_id": [f"req-{i:03d}" for i in range(6)], "name": ["client.connect"] * 6,
+                        "start_ns": [0] * 6, "end_ns": [int(connect_ms * 1e6)] * 6, "clock": ["client"] * 6},
+                       schema=trace.table("spans").schema)
+    spans_file.unlink()
+    pq.write_table(pa.concat_tables([trace.table("spans"), connect]), d / "spans.parquet")
+    doc = run(d)
+    assert "network-slow-link" in findings(doc)
+    assert says in _detail(doc, "network-slow-link")
+
+
 def test_huge_prompt_flips_to_prefill(tmp_path: Path) -> None:
     """100k-token summarisation, 20-token answers: prefill dominates."""
     reqs = [Req(start=i * 10_000, network=20, prefill=6000, output=20, itl=25, prompt=100_000, tokenize=60)
