@@ -185,3 +185,8 @@ def toy_trace(directory: Path, *, with_meta: bool = True) -> Path:
     ]
     meta = {"model": TOY_MODEL, "hardware": TOY_HARDWARE} if with_meta else {}
     return write_trace(directory, {"spans": spans(span_rows), "tokens": tokens(tok_rows)}, meta)
+
+
+def rows(con: Any, sql: str) -> list[dict[str, Any]]:
+    """Rows of a query as dicts."""
+    return con.sql(sql).to_arrow_table().to_pylist()

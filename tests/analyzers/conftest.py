@@ -20,7 +20,3 @@ def toy(tmp_path: Path) -> Path:
 def toy_con(toy: Path) -> Any:
     return analyzers.connect([toy])
 
-
-def rows(con: Any, sql: str) -> list[dict[str, Any]]:
-    """Rows of a query as dicts."""
-    return con.sql(sql).to_arrow_table().to_pylist()

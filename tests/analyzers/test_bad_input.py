@@ -8,8 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from analyzer_scenarios import MS, spans, tokens, write_trace
-from conftest import rows
+from analyzer_scenarios import MS, rows, spans, tokens, write_trace
 
 import analyzers
 from tracetool.errors import BadInput

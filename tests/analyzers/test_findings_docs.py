@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from conftest import rows
+from analyzer_scenarios import rows
 
 import analyzers
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import rows
+from analyzer_scenarios import rows
 
 
 def test_attribution_requests_by_the_rule(toy_con: Any) -> None:

@@ -11,8 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from analyzer_scenarios import MS, toy_trace, write_stream
-from conftest import rows
+from analyzer_scenarios import MS, rows, toy_trace, write_stream
 
 import analyzers
 

@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from analyzer_scenarios import toy_trace
-from conftest import rows
+from analyzer_scenarios import rows, toy_trace
 
 import analyzers
 
