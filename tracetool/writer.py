@@ -29,7 +29,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -404,6 +404,7 @@ class TraceWriter:
         self._meta_dirty = False
         self._closed = False
         self._started = False
+        self._listeners: list[Callable[[str, pa.RecordBatch], None]] = []
 
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> TraceWriter:
@@ -496,6 +497,33 @@ class TraceWriter:
     def dropped(self) -> dict[str, int]:
         return {n: s.dropped for n, s in self._sinks.items() if s.dropped}
 
+    @property
+    def declared(self) -> list[str]:
+        """Tables this trace records (each gets a file, even with no rows)."""
+        return sorted(self._declared)
+
+    # -- batch listeners (the live endpoint's tap) -------------------------------------
+    def add_listener(self, fn: Callable[[str, pa.RecordBatch], None]) -> None:
+        """Call ``fn(table, batch)`` after each record batch is written to the trace.
+
+        It runs on the thread that flushes (the flusher, or whoever calls
+        :meth:`flush`/:meth:`close`) with the flush lock held, so it must return
+        at once and never block (the live endpoint only appends to bounded
+        queues). An exception in it is said once on stderr and ignored.
+        """
+        self._listeners = [*self._listeners, fn]
+
+    def remove_listener(self, fn: Callable[[str, pa.RecordBatch], None]) -> None:
+        self._listeners = [f for f in self._listeners if f is not fn]
+
+    def _tell(self, name: str, batch: pa.RecordBatch) -> None:
+        for fn in self._listeners:
+            try:
+                fn(name, batch)
+            except Exception as e:  # a listener must never stop the writer
+                say_once(f"writer-listener-{id(fn)}", f"trace listener failed ({type(e).__name__}: {e}); "
+                         "ignored, the trace is still written")
+
     # -- flusher -----------------------------------------------------------------------
     def flush(self) -> None:
         """Write everything pending now (from any thread)."""
@@ -550,6 +578,8 @@ class TraceWriter:
                 sink.dropped += batch.num_rows
             else:
                 sink.rows_written += batch.num_rows
+                if self._listeners:
+                    self._tell(name, batch)
         return True
 
     def _open_file(self, name: str) -> _StreamFile:
