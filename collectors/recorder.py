@@ -25,11 +25,14 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracetool.notices import say_once
 from tracetool.schema import INT_NULL
 from tracetool.writer import PackedSink, TraceWriter
+
+if TYPE_CHECKING:
+    from tracetool.live.server import LiveConfig, LiveEndpoint
 
 NULL = INT_NULL
 now_ns: Callable[[], int] = time.time_ns
@@ -55,11 +58,16 @@ class Recorder:
         writer: an existing :class:`TraceWriter` to share.
         meta: extra ``meta.json`` fields (``model``, ``hardware``).
         enabled: start recording at once; flip :attr:`enabled` at run time.
+        live: stream the trace to viewers while it is written (``tracetool attach``): an address
+            ``"127.0.0.1:PORT"`` (port 0 picks one), or a :class:`tracetool.live.server.LiveConfig`
+            (token, TLS, limits). Off by default. It starts with :meth:`start`, which raises
+            :class:`~tracetool.errors.UsageError` when the address cannot be bound (docs/live.md).
         writer_options: passed to :class:`TraceWriter` (``flush_rows``, ``max_pending_rows``...).
     """
 
     def __init__(self, out: str | Path | None = None, *, writer: TraceWriter | None = None,
                  meta: Mapping[str, Any] | None = None, enabled: bool = True,
+                 live: str | LiveConfig | Mapping[str, Any] | None = None,
                  **writer_options: Any) -> None:
         if writer is None:
             if out is None:
@@ -74,10 +82,23 @@ class Recorder:
         self._tokens = _packed(writer, "tokens")
         self._lock = threading.Lock()
         self._closers: list[Callable[[], None]] = []
+        self._live_spec = live
+        #: The live endpoint once started (``live=``), else None.
+        self.live: LiveEndpoint | None = None
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> Recorder:
-        self.writer.start()
+        if self._live_spec is not None and self.live is None:
+            from tracetool.live.server import start_live
+
+            self.live = start_live(self.writer, self._live_spec)  # before the writer: set-up errors first
+        try:
+            self.writer.start()
+        except BaseException:
+            if self.live is not None:
+                self.live.close()
+                self.live = None
+            raise
         return self
 
     def __enter__(self) -> Recorder:
@@ -97,7 +118,14 @@ class Recorder:
             self.guard(fn)
         if self.errors:
             self.writer.note(f"collector errors: {self.errors} (rows skipped; see stderr for the first)")
-        self.writer.close()
+        live, self.live = self.live, None
+        if live is not None:
+            from tracetool.live.server import finish_live
+
+            self.guard(finish_live, self.writer, live, where="live endpoint")
+        self.writer.close()  # the last batches still reach the viewers
+        if live is not None:
+            self.guard(live.close, where="live endpoint")
 
     @property
     def path(self) -> Path:

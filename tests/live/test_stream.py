@@ -1,0 +1,93 @@
+"""A recorder streaming synthetic tokens, clients attached early and late, history bounds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pyarrow.compute as pc
+from live_helpers import connect, produce
+
+from collectors.recorder import Recorder
+from tracetool.live.client import CONNECTED, ClientOptions
+from tracetool.live.protocol import STREAMED, parse_address
+from tracetool.live.server import LiveConfig
+from tracetool.reader import open_trace
+from tracetool.schema import TABLES
+
+
+def test_streamed_tables_are_the_recorded_v1_tables() -> None:
+    assert set(STREAMED) == set(TABLES) - {"clock_offsets"}
+
+
+def test_attached_client_receives_every_token_as_written(live_recorder: Callable[..., Recorder]) -> None:
+    rec = live_recorder()
+    conn, got = connect(rec.live.address)
+    try:
+        got.wait(lambda g: bool(g.hellos), "hello")
+        hello, new = got.hellos[0]
+        assert new and hello["instance"] == rec.live.instance
+        assert {"spans", "tokens"} <= set(hello["tables"])
+        produce(rec, requests=5, tokens=40)
+        got.wait(lambda g: g.rows("tokens") == 200 and g.rows("requests") == 5, "200 tokens, 5 requests")
+        assert conn.state == CONNECTED
+        rec.close()
+        on_disk = open_trace(rec.path)
+        streamed = got.table("tokens").sort_by([("request_id", "ascending"), ("index", "ascending")])
+        written = on_disk.table("tokens").sort_by([("request_id", "ascending"), ("index", "ascending")])
+        assert streamed.equals(written.select(streamed.schema.names))
+        assert got.rows("spans") == on_disk.rows("spans") == 15
+        assert on_disk.meta["live"]["viewers_served"] == 1
+    finally:
+        conn.stop()
+
+
+def test_late_attacher_gets_the_recent_history_first(live_recorder: Callable[..., Recorder]) -> None:
+    rec = live_recorder()
+    produce(rec, requests=3, tokens=10, prefix="early")
+    rec.writer.flush()
+    late, got = connect(rec.live.address)
+    fresh, got_fresh = connect(rec.live.address, ClientOptions(history=False))
+    try:
+        got.wait(lambda g: g.rows("tokens") == 30, "the 30 tokens written before attaching")
+        got_fresh.wait(lambda g: bool(g.hellos), "hello without history")
+        produce(rec, requests=1, tokens=10, prefix="late")
+        got.wait(lambda g: g.rows("tokens") == 40, "history then live tokens")
+        got_fresh.wait(lambda g: g.rows("tokens") == 10, "only the live tokens")
+        ids = set(got_fresh.table("tokens").column("request_id").to_pylist())
+        assert ids == {"late0"}
+    finally:
+        late.stop()
+        fresh.stop()
+
+
+def test_history_is_bounded_in_rows(live_recorder: Callable[..., Recorder]) -> None:
+    rec = live_recorder(live=LiveConfig("127.0.0.1:0", history_rows=100))
+    for k in range(10):  # ten flushes of 50 tokens: history keeps the newest batches, <= 100 rows
+        produce(rec, requests=1, tokens=50, prefix=f"b{k}-")
+        rec.writer.flush()
+    stats = rec.live.stats()
+    assert stats["tables"]["tokens"]["rows"] == 500
+    assert stats["tables"]["tokens"]["history_rows"] == 100
+    conn, got = connect(rec.live.address)
+    try:
+        got.wait(lambda g: g.rows("tokens") == 100, "the bounded history")
+        assert set(pc.unique(got.table("tokens").column("request_id")).to_pylist()) == {"b8-0", "b9-0"}
+    finally:
+        conn.stop()
+
+
+def test_off_unless_asked_and_binds_loopback(tmp_path) -> None:
+    rec = Recorder(tmp_path / "plain").start()
+    try:
+        assert rec.live is None
+        assert "live" not in rec.writer.meta
+    finally:
+        rec.close()
+    rec = Recorder(tmp_path / "live", live=":0").start()
+    try:
+        assert rec.live is not None and rec.live.address.host == "127.0.0.1"
+        assert rec.live.address.port > 0
+    finally:
+        rec.close()
+    assert parse_address("9000") == parse_address("127.0.0.1:9000")
+    assert str(parse_address("[::1]:9000")) == "[::1]:9000"

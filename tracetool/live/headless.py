@@ -1,0 +1,191 @@
+"""``tracetool attach ADDR --record DIR --duration S``: a live stream saved as a v1 trace.
+
+Each server's batches go straight into a :class:`~tracetool.writer.TraceWriter`
+(``append_batch``: they are already in the canonical schema), so the result
+is an ordinary trace that ``validate``, ``analyze`` and ``tui`` read. One
+address writes the trace in ``DIR``; several write one trace per server in
+``DIR/<host>_<port>/`` (a directory of traces).
+
+``meta.json`` keeps the server's own fields (model, hardware, ...) and says
+where the trace came from: a note "recorded by tracetool attach from ADDR",
+a ``live_source`` block (address, server instance, seconds, reconnects,
+batches missed), and ``dropped_rows`` including the rows the live stream
+dropped for this viewer and those the server's writer dropped, so the
+analyzers' dropped-rows finding covers them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from tracetool.errors import BadInput, UsageError
+from tracetool.live.client import REFUSED, ClientOptions, ServerConnection
+from tracetool.live.protocol import Address
+from tracetool.meta import read_meta, write_meta
+from tracetool.writer import TraceWriter
+
+#: meta.json fields the writer of the copy owns (the server's values are not copied).
+_OWN = {"format", "version", "created_unix_ns", "closed", "closed_unix_ns", "dropped_rows", "notes", "producer", "live"}
+
+
+@dataclass
+class ServerRecording:
+    """What was recorded from one server."""
+
+    address: Address
+    directory: Path
+    connected: bool = False
+    refused: str | None = None
+    reason: str = ""
+    rows: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)
+    reconnects: int = 0
+    gaps: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.rows.get("tokens", 0)
+
+
+@dataclass
+class RecordResult:
+    out: Path
+    servers: list[ServerRecording]
+    elapsed_s: float
+    interrupted: bool = False
+
+
+class _Recorder:
+    """One server's connection writing into one trace directory."""
+
+    def __init__(self, address: Address, directory: Path, options: ClientOptions) -> None:
+        self.rec = ServerRecording(address, directory)
+        self.writer = TraceWriter(directory, meta={"producer": {"name": "tracetool attach --record"}},
+                                  flush_interval_s=0.5)
+        self.server_meta: dict[str, Any] = {}
+        self.instances: list[str] = []
+        self.conn = ServerConnection(address, self._hello, self._batch, options)
+
+    def _hello(self, conn: ServerConnection, hello: dict[str, Any], new: bool) -> None:
+        raw = hello.get("meta")
+        meta: dict[str, Any] = dict(raw) if isinstance(raw, dict) else {}
+        self.server_meta = meta
+        self.writer.update_meta(**{k: v for k, v in meta.items() if k not in _OWN})
+        for t in hello.get("tables") or []:
+            try:
+                self.writer.sink(t)
+            except KeyError:
+                pass
+        if new:
+            self.instances.append(str(hello.get("instance")))
+
+    def _batch(self, conn: ServerConnection, table: str, batch: pa.RecordBatch) -> None:
+        self.writer.sink(table).append_batch(batch)
+
+
+def record_live(addresses: Sequence[Address], out: Path, duration_s: float, *,
+                options: ClientOptions | None = None, force: bool = False,
+                stop: threading.Event | None = None,
+                progress: Callable[[str], None] | None = None) -> RecordResult:
+    """Record live servers for ``duration_s`` seconds (or until ``stop`` is set) into ``out``.
+
+    Raises:
+        UsageError: ``out`` is not empty (without ``force``) or not a directory.
+        BadInput: ``out`` cannot be written.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise UsageError(f"{out}: exists and is not empty (use --force to replace the trace in it)")
+    opts = options or ClientOptions()
+    dirs = [out] if len(addresses) == 1 else [out / _dir_name(a) for a in addresses]
+    recs = [_Recorder(a, d, opts) for a, d in zip(addresses, dirs, strict=True)]
+    for r in recs:
+        r.writer.start()
+    stop = stop or threading.Event()
+    t0 = time.monotonic()
+    interrupted = False
+    for r in recs:
+        r.conn.start()
+    try:
+        stop.wait(duration_s)
+    except KeyboardInterrupt:
+        interrupted = True
+    elapsed = time.monotonic() - t0
+    for r in recs:
+        r.conn.stop()
+    for r in recs:
+        _finish(r, elapsed, opts)
+    result = RecordResult(out, [r.rec for r in recs], elapsed, interrupted)
+    if progress is not None:
+        for s in result.servers:
+            progress(_summary(s))
+    return result
+
+
+def _finish(r: _Recorder, elapsed: float, opts: ClientOptions) -> None:
+    c, rec = r.conn, r.rec
+    rec.connected = c.connects > 0
+    rec.refused = c.reason if c.state == REFUSED or (not rec.connected and "token" in c.reason) else None
+    rec.reason = c.reason
+    rec.rows = dict(c.rows)
+    rec.dropped = c.dropped
+    rec.reconnects = max(0, c.connects - 1)
+    rec.gaps = c.gaps
+    server_dropped = {k: int(v) for k, v in (r.server_meta.get("dropped_rows") or {}).items()
+                      if isinstance(v, (int, float))}
+    w = r.writer
+    w.note(f"recorded by tracetool attach from {rec.address} (a live stream"
+           f"{', with the server recent history from before the attach' if opts.history else ''})")
+    for n in r.server_meta.get("notes") or []:
+        w.note(f"server: {n}")
+    if not rec.connected:
+        w.note(f"nothing received: {rec.reason or 'the server was not reachable'}")
+    if rec.dropped:
+        w.note(f"the live stream dropped {sum(rec.dropped.values()):,} rows for this viewer (its buffer on "
+               "the server was full): this trace misses them")
+    if rec.gaps:
+        w.note(f"{rec.gaps} batches aged out of the server's history while disconnected: this trace misses them")
+    if len(r.instances) > 1:
+        w.note("the server restarted during the recording: this trace holds several of its recordings")
+    w.update_meta(live_source={"address": str(rec.address), "instances": r.instances, "seconds": round(elapsed, 3),
+                               "reconnects": rec.reconnects, "batches_missed": rec.gaps,
+                               "dropped_rows_in_stream": rec.dropped, "tls": opts.use_tls,
+                               "history": opts.history, "producer": r.server_meta.get("producer")})
+    w.close()
+    # The writer sets dropped_rows to its own drops at close; add the stream's and the server's.
+    try:
+        meta = read_meta(w.directory)
+        total = dict(meta.get("dropped_rows") or {})
+        for src in (rec.dropped, server_dropped):
+            for k, v in src.items():
+                total[k] = int(total.get(k, 0)) + int(v)
+        meta["dropped_rows"] = total
+        write_meta(w.directory, meta)
+    except (OSError, BadInput) as e:
+        raise BadInput(f"{w.directory}: cannot finish meta.json ({e})") from e
+
+
+def _summary(s: ServerRecording) -> str:
+    if not s.connected:
+        return f"{s.address}: nothing recorded ({s.reason or 'not reachable'}); empty trace in {s.directory}"
+    dropped = sum(s.dropped.values())
+    extra = f", {dropped:,} rows dropped by the stream" if dropped else ""
+    extra += f", {s.reconnects} reconnects" if s.reconnects else ""
+    return (f"{s.address}: recorded {s.tokens:,} tokens, {s.rows.get('spans', 0):,} spans into "
+            f"{s.directory}{extra}")
+
+
+def _dir_name(a: Address) -> str:
+    return f"{a.host}_{a.port}".replace(":", "_").replace("/", "_")
+
+
+__all__ = ["RecordResult", "ServerRecording", "record_live"]
