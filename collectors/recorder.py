@@ -32,7 +32,8 @@ from tracetool.schema import INT_NULL
 from tracetool.writer import PackedSink, TraceWriter
 
 if TYPE_CHECKING:
-    from tracetool.live.server import LiveConfig, LiveEndpoint
+    from tracetool.live.config import LiveConfig
+    from tracetool.live.sidecar import LiveSidecar
 
 NULL = INT_NULL
 now_ns: Callable[[], int] = time.time_ns
@@ -59,9 +60,10 @@ class Recorder:
         meta: extra ``meta.json`` fields (``model``, ``hardware``).
         enabled: start recording at once; flip :attr:`enabled` at run time.
         live: stream the trace to viewers while it is written (``tracetool attach``): an address
-            ``"127.0.0.1:PORT"`` (port 0 picks one), or a :class:`tracetool.live.server.LiveConfig`
-            (token, TLS, limits). Off by default. It starts with :meth:`start`, which raises
-            :class:`~tracetool.errors.UsageError` when the address cannot be bound (docs/live.md).
+            ``"127.0.0.1:PORT"`` (port 0 picks one), or a :class:`tracetool.live.config.LiveConfig`
+            (token, TLS, limits). Off by default. :meth:`start` starts the endpoint (a small
+            process of its own) and raises :class:`~tracetool.errors.UsageError` when the address
+            cannot be bound (docs/live.md).
         writer_options: passed to :class:`TraceWriter` (``flush_rows``, ``max_pending_rows``...).
     """
 
@@ -84,12 +86,12 @@ class Recorder:
         self._closers: list[Callable[[], None]] = []
         self._live_spec = live
         #: The live endpoint once started (``live=``), else None.
-        self.live: LiveEndpoint | None = None
+        self.live: LiveSidecar | None = None
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> Recorder:
         if self._live_spec is not None and self.live is None:
-            from tracetool.live.server import start_live
+            from tracetool.live.sidecar import start_live
 
             self.live = start_live(self.writer, self._live_spec)  # before the writer: set-up errors first
         try:
@@ -120,7 +122,7 @@ class Recorder:
             self.writer.note(f"collector errors: {self.errors} (rows skipped; see stderr for the first)")
         live, self.live = self.live, None
         if live is not None:
-            from tracetool.live.server import finish_live
+            from tracetool.live.sidecar import finish_live
 
             self.guard(finish_live, self.writer, live, where="live endpoint")
         self.writer.close()  # the last batches still reach the viewers

@@ -9,8 +9,8 @@ from live_helpers import connect, produce
 
 from collectors.recorder import Recorder
 from tracetool.live.client import CONNECTED, ClientOptions
+from tracetool.live.config import LiveConfig
 from tracetool.live.protocol import STREAMED, parse_address
-from tracetool.live.server import LiveConfig
 from tracetool.reader import open_trace
 from tracetool.schema import TABLES
 

@@ -144,7 +144,7 @@ def _finish(r: _Recorder, elapsed: float, opts: ClientOptions) -> None:
                       if isinstance(v, (int, float))}
     w = r.writer
     w.note(f"recorded by tracetool attach from {rec.address} (a live stream"
-           f"{', with the server recent history from before the attach' if opts.history else ''})")
+           f"{', with the server's recent history from before the attach' if opts.history else ''})")
     for n in r.server_meta.get("notes") or []:
         w.note(f"server: {n}")
     if not rec.connected:

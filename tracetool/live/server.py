@@ -1,10 +1,9 @@
-"""The live endpoint: a recording process's trace, streamed over Arrow Flight as it is written.
+"""The live endpoint: a trace's record batches served over Arrow Flight as they are written.
 
-It taps the :class:`~tracetool.writer.TraceWriter`: every record batch the
-flusher writes to a table file is also handed to :meth:`LiveEndpoint.on_batch`
-(``writer.add_listener``). That call only appends references to bounded
-queues under a short lock, so the host and the flusher never wait for a
-viewer:
+:class:`LiveEndpoint` runs in the endpoint process (:mod:`tracetool.live.sidecar`),
+which the recording process feeds every batch its writer writes. Each batch
+goes to :meth:`LiveEndpoint.on_batch`, which only appends references to
+bounded queues under a short lock:
 
 * **history** per table: the batches of the last ``history_s`` seconds, at
   most ``history_rows`` rows (oldest out first). A viewer that attaches late
@@ -20,16 +19,17 @@ viewer:
   (at most one per client host every 10 s) and counted; TLS when a
   certificate and key are given.
 
-Stopping never waits on a viewer for long: :meth:`LiveEndpoint.close` ends
-every stream and gives gRPC ``close_timeout_s`` to finish.
+:meth:`LiveEndpoint.close` ends every stream and gives gRPC
+``close_timeout_s`` to finish. A viewer whose transport is full (it stopped
+reading) keeps gRPC's write blocked, and gRPC's shutdown then waits for it
+forever: that is why the server lives in its own process, which exits
+regardless (see :mod:`tracetool.live.sidecar`).
 """
 
 from __future__ import annotations
 
 import hmac
 import json
-import os
-import secrets
 import sys
 import threading
 import time
@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -46,6 +46,7 @@ import pyarrow.flight as flight
 from tracetool import __version__
 from tracetool.errors import UsageError
 from tracetool.live import quiet_grpc  # noqa: F401  (before any gRPC channel or server: no INFO lines on stderr)
+from tracetool.live.config import LiveConfig
 from tracetool.live.protocol import (
     AUTH_HEADER,
     HEARTBEAT_S,
@@ -57,62 +58,6 @@ from tracetool.live.protocol import (
     read_ticket,
 )
 from tracetool.schema import TABLES
-
-if TYPE_CHECKING:
-    from tracetool.writer import TraceWriter
-
-
-@dataclass(frozen=True)
-class LiveConfig:
-    """Options of a live endpoint (``--live HOST:PORT`` and the ``--live-*`` flags).
-
-    Attributes:
-        address: ``HOST:PORT`` to bind; ``:PORT`` or ``PORT`` bind 127.0.0.1; port 0 picks one.
-        token: the shared token viewers must present; None reads ``$TRACETOOL_LIVE_TOKEN``
-            (no token at all: anyone who can reach the port may watch).
-        tls_cert, tls_key: PEM certificate chain and private key; both or neither.
-        history_s, history_rows: the snapshot a late attacher gets, per table: batches of the
-            last ``history_s`` seconds, at most ``history_rows`` rows.
-        viewer_buffer_rows: rows queued per table and viewer before new batches are dropped
-            (and counted) for that viewer.
-        max_viewers: viewers streaming at once; more are refused ("too many viewers").
-        flush_interval_s: the writer flushes at least this often while live (the floor of
-            the display lag).
-        close_timeout_s: how long closing waits for gRPC to end the streams.
-    """
-
-    address: str = "127.0.0.1:0"
-    token: str | None = None
-    tls_cert: str | Path | None = None
-    tls_key: str | Path | None = None
-    history_s: float = 30.0
-    history_rows: int = 1_000_000
-    viewer_buffer_rows: int = 250_000
-    max_viewers: int = 16
-    flush_interval_s: float = 0.1
-    close_timeout_s: float = 2.0
-
-    @classmethod
-    def of(cls, live: str | LiveConfig | Mapping[str, Any]) -> LiveConfig:
-        """A config from an address string, a mapping of fields, or a config."""
-        if isinstance(live, LiveConfig):
-            return live
-        if isinstance(live, str):
-            return cls(address=live)
-        return cls(**dict(live))
-
-    def resolved_token(self) -> str | None:
-        return self.token if self.token is not None else (os.environ.get(TOKEN_ENV) or None)
-
-    def check(self) -> Address:
-        """Validate address and TLS files (usage errors, before anything starts)."""
-        addr = parse_address(self.address)
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise UsageError("--live-tls-cert and --live-tls-key go together (give both, or neither)")
-        for p in (self.tls_cert, self.tls_key):
-            if p is not None and not Path(p).is_file():
-                raise UsageError(f"{p}: no such certificate/key file")
-        return addr
 
 
 @dataclass(eq=False)
@@ -232,7 +177,7 @@ class LiveEndpoint:
             t.history_rows += n
             self._trim(t, now)
             for v in t.viewers:
-                if v.queued_rows + n > cap:
+                if v.queue and v.queued_rows + n > cap:  # an empty queue takes any batch: no starving
                     v.dropped_rows += n
                     v.dropped_batches += 1
                     continue
@@ -413,42 +358,6 @@ class _Service(flight.FlightServerBase):
             yield flight.FlightInfo(TABLES[name].arrow_schema, desc, [], -1, -1)
 
 
-def start_live(writer: TraceWriter, live: str | LiveConfig | Mapping[str, Any]) -> LiveEndpoint:
-    """Start an endpoint streaming ``writer``'s trace; the writer flushes at least every
-    ``flush_interval_s`` from now on. Prints one line on stderr with the address.
-
-    Raises:
-        UsageError: a bad address, unreadable TLS files, or the port cannot be bound.
-    """
-    cfg = LiveConfig.of(live)
-    ep = LiveEndpoint(cfg, meta=lambda: writer.meta, tables=lambda: writer.declared,
-                      writer_dropped=lambda: writer.dropped).start()
-    writer.flush_interval_s = min(writer.flush_interval_s, cfg.flush_interval_s)
-    writer.add_listener(ep.on_batch)
-    writer.update_meta(live={"address": str(ep.address), "tls": ep.tls,
-                             "token_required": ep.config.resolved_token() is not None})
-    guard = "token required" if ep.config.resolved_token() else "no token: anyone who can reach it may watch"
-    try:
-        print(f"tracetool: live: streaming this trace on {ep.address} ({'TLS' if ep.tls else 'plain text'}, "
-              f"{guard}); watch with: tracetool attach {ep.address}", file=sys.stderr, flush=True)
-    except Exception:
-        pass
-    return ep
-
-
-def finish_live(writer: TraceWriter, ep: LiveEndpoint) -> None:
-    """Before the trace closes: note what the endpoint served in ``meta.json`` (``live`` block)."""
-    s = ep.stats()
-    writer.update_meta(live={"address": str(ep.address), "tls": ep.tls,
-                             "token_required": s["token_required"], "viewers_served": s["viewers_served"],
-                             "refused": s["refused"], "rows_dropped_for_viewers": s["dropped_rows_for_viewers"]})
-
-
-def new_token() -> str:
-    """A random token for ``--live-token`` (documented helper)."""
-    return secrets.token_urlsafe(24)
-
-
 def _empty(schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.nulls(0, f.type) for f in schema], schema=schema)
 
@@ -466,4 +375,4 @@ def _line(e: BaseException) -> str:
     return " ".join(str(e).split())[:200]
 
 
-__all__ = ["LiveConfig", "LiveEndpoint", "finish_live", "new_token", "start_live"]
+__all__ = ["LiveConfig", "LiveEndpoint"]
