@@ -177,8 +177,11 @@ def _summary(out: Path) -> str:
 
 
 def run_recording(command: Sequence[str], out: str | os.PathLike[str], *, force: bool = False,
-                  samplers: Mapping[str, float] | None = None) -> int:
+                  samplers: Mapping[str, float] | None = None, live: Any = None) -> int:
     """Run ``command`` with the collectors installed, recording into ``out``; returns its exit code.
+
+    ``live`` (a :class:`tracetool.live.config.LiveConfig`) makes the program stream its trace to
+    ``tracetool attach`` viewers as it is written (the token travels in the child's environment).
 
     Raises :class:`UsageError` for an empty command, an unknown executable or a
     non-empty ``out`` without ``force``.
@@ -201,7 +204,15 @@ def run_recording(command: Sequence[str], out: str | os.PathLike[str], *, force:
         raise BadInput(f"{out}: cannot write a trace here ({e.strerror or e})") from e
     if (out / META_FILE).exists():  # a replaced trace must not pass for this run's
         (out / META_FILE).unlink()
-    env = child_env(out, {"command": list(command)})
+    options: dict[str, Any] = {"command": list(command)}
+    if live is not None:
+        options["live"] = {"address": live.address, "tls_cert": _opt_path(live.tls_cert),
+                           "tls_key": _opt_path(live.tls_key)}
+    env = child_env(out, options)
+    if live is not None and live.token:
+        from tracetool.live.protocol import TOKEN_ENV
+
+        env[TOKEN_ENV] = live.token
     try:
         child = subprocess.Popen(list(command), env=env)
     except OSError as e:
@@ -247,6 +258,10 @@ def run_recording(command: Sequence[str], out: str | os.PathLike[str], *, force:
     return 128 - rc if rc < 0 else rc
 
 
+def _opt_path(p: Any) -> str | None:
+    return None if p is None else str(Path(p).resolve())
+
+
 def _foreground_tty() -> bool:
     try:
         fd = sys.stdin.fileno()
@@ -272,13 +287,29 @@ def start_in_child() -> bool:
     from collectors.hf import autopatch
     from collectors.recorder import Recorder
 
-    rec = Recorder(out, meta={"recorded_command": options.get("command") or list(sys.argv)}).start()
+    meta = {"recorded_command": options.get("command") or list(sys.argv)}
+    rec = _child_recorder(Recorder, out, meta, options.get("live"))
     _child["recorder"] = rec
     autopatch(rec)
     atexit.register(finish_child)  # after the writer's own atexit: runs first (LIFO)
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_sigterm)
     return True
+
+
+def _child_recorder(recorder: Any, out: str, meta: dict[str, Any], live: Any) -> Any:
+    """Start the child's Recorder, streaming live when asked; a live endpoint that cannot start
+    (port taken) is one line on stderr and a note, and the recording goes on without it."""
+    if live:
+        rec = recorder(out, meta=meta, live=dict(live))
+        try:
+            return rec.start()
+        except Exception as e:
+            print(f"tracetool: live endpoint not started ({e}); recording without it", file=sys.stderr)
+            rec = recorder(out, meta=meta)
+            rec.note(f"live endpoint not started: {e}")
+            return rec.start()
+    return recorder(out, meta=meta).start()
 
 
 def finish_child() -> None:

@@ -38,6 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("tracetool.cli.export_cmd:export", "Export a trace as Chrome trace-event JSON for ui.perfetto.dev."),
     "report": ("tracetool.cli.report_cmd:report", "CI latency report and pass/fail gate: baseline, budgets, md/json/junit."),
     "tui": ("tracetool.cli.tui_cmd:tui", "Browse a trace in the terminal: where the time went, which story is wrong."),
+    "attach": ("tracetool.cli.attach_cmd:attach", "Watch running servers live in the TUI, or record their stream headless."),
 }
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from collectors.record import SAMPLERS, run_recording
+from tracetool.cli.attach_cmd import live_config, live_options
 
 
 def _sampler_options(fn: Any) -> Any:
@@ -24,8 +25,10 @@ def _sampler_options(fn: Any) -> Any:
               help="Trace directory to write (created; must be empty unless --force).")
 @click.option("--force", is_flag=True, help="Replace the trace in a non-empty output directory.")
 @_sampler_options
+@live_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
-def record(output: Path, force: bool, command: tuple[str, ...], **samplers: float | None) -> int:
+def record(output: Path, force: bool, command: tuple[str, ...], live: str | None, live_token: str | None,
+           live_tls_cert: Path | None, live_tls_key: Path | None, **samplers: float | None) -> int:
     """Run COMMAND (a Python program) with tracetool's collectors and write a trace.
 
     \b
@@ -39,7 +42,9 @@ def record(output: Path, force: bool, command: tuple[str, ...], **samplers: floa
     interrupted; tracetool then exits with the program's own exit code
     (130 after Ctrl-C). A program that never uses torch gets a valid, empty
     trace and a one-line note. A summary line goes to stderr; the program's
-    stdout is left alone.
+    stdout is left alone. With --live HOST:PORT the program also streams its
+    trace to `tracetool attach` viewers while it runs (docs/live.md).
     """
     chosen = {k.removeprefix("sampler_"): v for k, v in samplers.items() if v is not None}
-    return run_recording(list(command), output, force=force, samplers=chosen)
+    live_cfg = live_config(live, live_token, live_tls_cert, live_tls_key)
+    return run_recording(list(command), output, force=force, samplers=chosen, live=live_cfg)

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from tracetool.cli.attach_cmd import live_config, live_options
 from tracetool.cli.common import emit_json, json_option, warn
 from tracetool.errors import UsageError
 
@@ -54,11 +55,12 @@ def _sampler_options(fn: Any) -> Any:
 @click.option("--graceful-timeout", type=click.FloatRange(0), default=5.0, show_default=True,
               help="Seconds running requests get to finish on SIGINT/SIGTERM.")
 @_sampler_options
-# --live HOST:PORT (stream the trace to a live TUI) plugs in here once the live source exists.
+@live_options
 def serve(model_path: Path | None, output: Path | None, force: bool, host: str, port: int,
           served_model_name: str | None, max_batch: int, max_queue: int, max_prompt_tokens: int,
           max_output_tokens: int, max_body_bytes: int, device: str, threads: int | None, seed: int,
-          graceful_timeout: float, **samplers: float | None) -> int:
+          graceful_timeout: float, live: str | None, live_token: str | None, live_tls_cert: Path | None,
+          live_tls_key: Path | None, **samplers: float | None) -> int:
     """Run an OpenAI-compatible server with tracetool's collectors on.
 
     \b
@@ -72,7 +74,9 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
     decode and detokenize spans, a row per token (kv_len, step) and a row per
     forward pass, written to the trace while it runs; responses carry the
     server's timing (Server-Timing header, or a server_timing field in the last
-    SSE event). Binds 127.0.0.1 unless --host says otherwise. Ctrl-C or SIGTERM
+    SSE event). With --live HOST:PORT the trace is also streamed to
+    `tracetool attach` viewers as it is written (docs/live.md). Binds
+    127.0.0.1 unless --host says otherwise. Ctrl-C or SIGTERM
     stops it and closes the trace (exit 0). Malformed requests get
     OpenAI-style JSON errors (400, 404 unknown model, 413 body too large,
     503 queue full).
@@ -87,6 +91,7 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
     chosen = {k.removeprefix("sampler_"): v for k, v in samplers.items() if v is not None}
     for name, hz in chosen.items():
         SAMPLERS[name].check(name, hz)
+    live_cfg = live_config(live, live_token, live_tls_cert, live_tls_key)
     out = output or Path(tempfile.mkdtemp(prefix="tracetool-serve-"))
     limits = Limits(max_body_bytes=max_body_bytes, max_prompt_tokens=max_prompt_tokens,
                     max_output_tokens=max_output_tokens)
@@ -94,7 +99,7 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
                       max_batch=max_batch, max_waiting=max_queue, limits=limits, device=device, seed=seed,
                       threads=threads,
                       graceful_s=graceful_timeout, force=force or output is None,
-                      samplers=chosen)
+                      samplers=chosen, live=live_cfg)
     return run_server(cfg)
 
 

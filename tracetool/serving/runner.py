@@ -46,6 +46,8 @@ class ServeConfig:
     force: bool = False
     #: ``--<name>[=HZ]`` samplers of :data:`collectors.record.SAMPLERS` (NVML, py-spy), name -> Hz.
     samplers: Mapping[str, float] = field(default_factory=dict)
+    #: ``--live HOST:PORT``: a :class:`tracetool.live.config.LiveConfig` (None: off).
+    live: Any = None
 
 
 def check_out(out: Path, force: bool) -> None:
@@ -171,7 +173,7 @@ def run_server(cfg: ServeConfig, on_ready: Callable[[str], None] | None = None) 
     meta = {"model": model_meta(model), "hardware": hardware_meta(cfg.device),
             "producer": {"name": "tracetool serve"},
             "serve": {"url": url, "served_model": served, "max_batch": cfg.max_batch}}
-    rec = Recorder(out, meta=meta, flush_interval_s=0.5).start()
+    rec = Recorder(out, meta=meta, flush_interval_s=0.5, live=cfg.live).start()
     rec.writer.sink("requests")
     rec.writer.sink("steps")
     engine = Engine(model, tok, rec, max_batch=cfg.max_batch, max_waiting=cfg.max_waiting)

@@ -1,0 +1,182 @@
+"""``tracetool attach``: watch live servers in the TUI, or record their stream headless.
+
+A thin layer over :mod:`tracetool.live`: it parses addresses and options,
+checks what can be checked before anything is drawn (addresses, presets, the
+TLS root file, a token the server refuses: exit 2 or 3, one line), then runs
+the viewer on a :class:`~tracetool.live.source.LiveSource` or, with
+``--record``, :func:`~tracetool.live.headless.record_live`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from tracetool.cli.common import emit_json, json_option, warn
+from tracetool.errors import EXIT_INTERRUPTED, BadInput, UsageError
+from tracetool.live.protocol import TOKEN_ENV, Address, parse_address
+
+if TYPE_CHECKING:
+    from tracetool.live.client import ClientOptions
+    from tracetool.live.config import LiveConfig
+    from tracetool.live.window import WindowSpec
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def live_options(fn: F) -> F:
+    """``--live HOST:PORT`` and its ``--live-token``/``--live-tls-*`` flags (``serve``, ``record``)."""
+    fn = click.option("--live-tls-key", type=click.Path(path_type=Path, dir_okay=False), default=None,
+                      help="With --live: PEM private key of --live-tls-cert.")(fn)
+    fn = click.option("--live-tls-cert", type=click.Path(path_type=Path, dir_okay=False), default=None,
+                      help="With --live: PEM certificate (chain); viewers then connect with TLS.")(fn)
+    fn = click.option("--live-token", envvar=TOKEN_ENV, show_envvar=True, default=None,
+                      help="With --live: a shared token viewers must give (tracetool attach --token).")(fn)
+    fn = click.option("--live", "live", metavar="HOST:PORT", default=None,
+                      help="Stream the trace as it is written to `tracetool attach` viewers on this "
+                           "address (HOST defaults to 127.0.0.1; port 0 picks one). Off by default. "
+                           "See docs/live.md.")(fn)
+    return fn
+
+
+def live_config(live: str | None, token: str | None, tls_cert: Path | None,
+                tls_key: Path | None) -> LiveConfig | None:
+    """The endpoint's config from the flags, checked (exit 2) before anything starts; None when off."""
+    if live is None:
+        if tls_cert is not None or tls_key is not None:
+            raise UsageError("--live-tls-cert/--live-tls-key need --live HOST:PORT")
+        return None
+    from tracetool.live.config import LiveConfig
+
+    cfg = LiveConfig(address=live, token=token or None, tls_cert=tls_cert, tls_key=tls_key)
+    cfg.check()
+    return cfg
+
+
+@click.command()
+@click.argument("addresses", nargs=-1, required=True, metavar="ADDR [ADDR...]")
+@click.option("--token", envvar=TOKEN_ENV, default=None, show_envvar=True,
+              help="The servers' shared token (given to them with --live-token).")
+@click.option("--tls", is_flag=True, help="Connect with TLS, trusting the system's roots.")
+@click.option("--tls-root", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="PEM file of the CA (or self-signed certificate) to trust; implies --tls.")
+@click.option("--window-s", type=click.FloatRange(0), default=30.0, show_default=True,
+              help="Analyse the last N seconds of each server's clock (0: no time limit).")
+@click.option("--window-requests", type=click.IntRange(1), default=None,
+              help="Analyse only the N most recently started requests (within --window-s).")
+@click.option("--refresh-s", type=click.FloatRange(0.05), default=0.25, show_default=True,
+              help="Seconds between views (0.25: 4 Hz). An analysis slower than this skips views.")
+@click.option("--no-history", is_flag=True,
+              help="Do not ask for the servers' recent history: start from what arrives now.")
+@click.option("--record", "record_dir", type=click.Path(path_type=Path), default=None,
+              help="Headless: save the live stream as a v1 trace in this directory (no TUI).")
+@click.option("--duration", type=click.FloatRange(0, min_open=True), default=None,
+              help="With --record: seconds to record.")
+@click.option("--force", is_flag=True, help="With --record: replace the trace in a non-empty directory.")
+@click.option("--model", help="Model preset or config.json path for the roofline; overrides the servers' meta.")
+@click.option("--gpu", help="GPU preset (h100-sxm, ...); overrides the servers' meta.")
+@click.option("--gpus", "--tp", "gpus", type=click.IntRange(min=1), help="GPUs the model is sharded over.")
+@click.option("--theme", type=click.Choice(["dark", "light"]), default="dark", show_default=True,
+              help="Colour theme (T toggles it in the app).")
+@click.option("--connect-timeout", type=click.FloatRange(0, min_open=True), default=5.0, show_default=True,
+              help="Seconds the first contact with each server may take.")
+@json_option
+def attach(addresses: tuple[str, ...], token: str | None, tls: bool, tls_root: Path | None, window_s: float,
+           window_requests: int | None, refresh_s: float, no_history: bool, record_dir: Path | None,
+           duration: float | None, force: bool, model: str | None, gpu: str | None, gpus: int | None,
+           theme: str, connect_timeout: float, as_json: bool) -> int:
+    """Watch running servers live, or record their stream (ADDR is the HOST:PORT given to --live).
+
+    \b
+        tracetool serve --live 127.0.0.1:9100 -o trace &
+        tracetool attach 127.0.0.1:9100
+        tracetool attach 10.0.0.5:9100 10.0.0.6:9100 --window-s 60
+        tracetool attach 127.0.0.1:9100 --record live-trace --duration 30
+
+    The TUI of `tracetool tui` on a sliding window of each server's trace
+    (last --window-s seconds, or the last --window-requests requests; w
+    cycles the window), re-analysed every --refresh-s: every server alone
+    and all together (t switches). The header shows per server whether it
+    is connected, the tokens received and their rate, and rows the stream
+    dropped; a server that goes away shows as disconnected and is
+    reconnected with backoff. With --record (and --duration) there is no
+    TUI: the stream is saved as a v1 trace (one per server under DIR when
+    several) and a summary goes to stderr (--json: on stdout). Exit 3 when
+    a server refuses the token or TLS fails, or nothing could be recorded;
+    2 for bad options; 130 after Ctrl-C (a recording is still saved).
+    """
+    from tracetool.live.client import ClientOptions
+    from tracetool.live.window import WindowSpec
+
+    addrs = [parse_address(a, option="ADDR") for a in addresses]
+    if (record_dir is None) != (duration is None):
+        raise UsageError("--record DIR and --duration SECONDS go together")
+    root = None
+    if tls_root is not None:
+        try:
+            root = tls_root.read_bytes()
+        except OSError as e:
+            raise BadInput(f"{tls_root}: cannot read the TLS root ({e.strerror or e})") from e
+    options = ClientOptions(token=token or None, tls=tls, tls_root=root, history=not no_history,
+                            connect_timeout_s=connect_timeout)
+    if record_dir is not None and duration is not None:
+        return _record(addrs, record_dir, duration, options, force, as_json)
+    if as_json:
+        raise UsageError("--json goes with --record (the TUI draws, it prints nothing)")
+    spec = WindowSpec(seconds=window_s or None, requests=window_requests)
+    return _watch(addrs, options, spec, refresh_s, model, gpu, gpus, theme, connect_timeout)
+
+
+def _watch(addrs: list[Address], options: ClientOptions, spec: WindowSpec, refresh_s: float,
+           model: str | None, gpu: str | None, gpus: int | None, theme: str, connect_timeout: float) -> int:
+    from tracetool.live.source import LiveSource
+    from tracetool.presets import gpu_preset, model_preset
+    from tracetool.tui.model import AnalysisOptions
+
+    if model:
+        model_preset(model)  # an unknown preset is a usage error before anything is drawn
+    if gpu:
+        gpu_preset(gpu)
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        raise UsageError("tracetool attach needs an interactive terminal (stdin and stderr must be a TTY); "
+                         "use --record DIR --duration S to save the stream instead")
+    source = LiveSource(addrs, options=options, window=spec, refresh_s=refresh_s)
+    try:
+        source.wait_first(connect_timeout)  # a refused token or failed TLS: exit 3 before drawing
+        import analyzers  # noqa: F401  (imported before textual: see tui_cmd)
+        from tracetool.tui.app import TraceApp
+
+        app = TraceApp(source, AnalysisOptions(model=model, gpu=gpu, gpus=gpus), theme=theme)
+        app.run()
+    finally:
+        source.close()
+    return app.return_code or 0
+
+
+def _record(addrs: list[Address], out: Path, duration: float, options: ClientOptions, force: bool,
+            as_json: bool) -> int:
+    from tracetool.live.headless import record_live
+
+    warn(f"recording {', '.join(str(a) for a in addrs)} for {duration:g} s into {out}")
+    result = record_live(addrs, out, duration, options=options, force=force, progress=warn)
+    if as_json:
+        emit_json({"version": 1, "out": str(result.out), "seconds": round(result.elapsed_s, 3),
+                   "interrupted": result.interrupted,
+                   "servers": [{"address": str(s.address), "directory": str(s.directory),
+                                "connected": s.connected, "refused": s.refused, "reason": s.reason or None,
+                                "rows": s.rows, "dropped_rows": s.dropped, "reconnects": s.reconnects,
+                                "batches_missed": s.gaps} for s in result.servers]})
+    if result.interrupted:
+        return EXIT_INTERRUPTED
+    refused = [s for s in result.servers if s.refused]
+    if refused:
+        raise BadInput(f"{refused[0].address}: refused: {refused[0].refused} (give the server's token with "
+                       f"--token or ${TOKEN_ENV})")
+    missing = [s for s in result.servers if not s.connected]
+    if missing:
+        raise BadInput(f"{missing[0].address}: nothing recorded ({missing[0].reason or 'not reachable'})")
+    return 0
