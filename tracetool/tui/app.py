@@ -64,6 +64,7 @@ class TraceApp(App[int]):
         Binding("t", "next_trace", "Trace"),
         Binding("r", "reload", "Reload"),
         Binding("T", "toggle_theme", "Theme", key_display="T"),
+        Binding("w", "window", "Window"),  # live sources only (check_action)
         Binding("1", "switch_mode('overview')", "Overview", show=False),
         Binding("2", "switch_mode('decode')", "Decode", show=False),
         Binding("3", "switch_mode('system')", "GPU/CPU", show=False),
@@ -138,6 +139,12 @@ class TraceApp(App[int]):
             self.request_analysis()
         if self.source.live:
             self.set_interval(max(0.05, self.source.refresh_s), self.request_analysis)
+            # the header (connection state, tokens received) moves at refresh_s even when an
+            # analysis takes longer: status() is cheap and never blocks
+            self.set_interval(max(0.05, self.source.refresh_s), self._poll_status)
+
+    def _poll_status(self) -> None:
+        self.status_line = _status(self.source)
 
     def request_analysis(self, reload: bool = False) -> None:
         """Analyse a new snapshot of the source in the worker (or once more after the running one)."""
@@ -246,6 +253,19 @@ class TraceApp(App[int]):
 
     def action_toggle_theme(self) -> None:
         self.theme = THEMES["light"] if self.theme == THEMES["dark"] else THEMES["dark"]
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "window":  # sliding-window control: shown for live sources only
+            return callable(getattr(self.source, "cycle_window", None))
+        return super().check_action(action, parameters)
+
+    def action_window(self) -> None:
+        """Next sliding window of a live source (``tracetool attach``: 10 s, 30 s, 1 min, 5 min)."""
+        cycle = getattr(self.source, "cycle_window", None)
+        if callable(cycle):
+            self.notify(f"window: {cycle()}", timeout=2)
+            self.status_line = _status(self.source)
+            self.request_analysis()
 
 
 def _status(source: TraceSource) -> str:
