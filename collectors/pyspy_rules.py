@@ -115,6 +115,8 @@ def _read_rules_file(path: Path) -> tuple[list[Rule], list[Rule]]:
         raise BadInput(f"{path}: cannot read py-spy rules ({e.strerror or e})") from e
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise BadInput(f"{path}: not valid TOML ({e})") from e
+    except RecursionError:  # tomllib recurses per nested array or inline table
+        raise BadInput(f"{path}: not valid TOML (nested too deeply)") from None
     unknown = set(data) - {"version", "rule", "boundary"}
     if unknown:
         raise BadInput(f"{path}: unknown top-level key(s) {sorted(unknown)} (expected [[rule]] and [[boundary]])")

@@ -39,8 +39,15 @@ def write_meta(directory: str | os.PathLike[str], meta: dict[str, Any]) -> None:
     """Write ``meta.json`` atomically (a reader never sees half a file)."""
     path = Path(directory) / META_FILE
     tmp = path.with_name(f".{META_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(meta, indent=2, sort_keys=False, default=str) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(meta, indent=2, sort_keys=False, default=str) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        try:  # a full disk must not leave half a temporary file behind
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
 
 
 def read_meta(directory: str | os.PathLike[str]) -> dict[str, Any]:
@@ -52,6 +59,8 @@ def read_meta(directory: str | os.PathLike[str]) -> dict[str, Any]:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise TraceFormatError(f"unreadable JSON ({_one_line(e)})", path=str(path)) from e
+    except RecursionError:  # json's C scanner recurses per nesting level
+        raise TraceFormatError("unreadable JSON (nested too deeply)", path=str(path)) from None
     return check_meta(meta, str(path))
 
 

@@ -128,6 +128,8 @@ def load_budget(path: str | Path) -> Budget:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise BadInput(f"{p}: not valid TOML: {e}") from e
+    except RecursionError:  # tomllib recurses per nested array or inline table
+        raise BadInput(f"{p}: not valid TOML: nested too deeply") from None
     return parse_budget(data, str(p))
 
 
