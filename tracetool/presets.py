@@ -166,9 +166,14 @@ def model_preset(slug_or_path: str) -> ModelPreset:
         if not cfg.is_file():
             raise BadInput(f"{cfg}: no such config.json")
         try:
-            return from_hf_config(json.loads(cfg.read_text()), name=p.name)
-        except (ValueError, KeyError, TypeError) as e:
-            raise BadInput(f"{cfg}: not a usable Hugging Face config ({e})") from e
+            doc = json.loads(cfg.read_text(encoding="utf-8"))
+            if not isinstance(doc, dict):
+                raise ValueError(f"a JSON object was expected, not {type(doc).__name__}")
+            return from_hf_config(doc, name=p.name)
+        except (ValueError, KeyError, TypeError, ArithmeticError, RecursionError, OSError) as e:
+            # the file is user input: any of these is "not usable", said in one line
+            raise BadInput(f"{cfg}: not a usable Hugging Face config ({type(e).__name__}: "
+                           f"{' '.join(str(e).split())[:200]})") from e
     key = slug_or_path.lower().strip()
     key = MODEL_ALIASES.get(key, key)
     if key not in MODELS:
@@ -181,13 +186,16 @@ def from_hf_config(cfg: dict[str, Any], name: str = "model") -> ModelPreset:
     layers = int(cfg.get("num_hidden_layers") or cfg["n_layer"])
     hidden = int(cfg.get("hidden_size") or cfg["n_embd"])
     heads = int(cfg.get("num_attention_heads") or cfg["n_head"])
+    _positive(layers=layers, hidden_size=hidden, attention_heads=heads)
     kv_heads = int(cfg.get("num_key_value_heads") or heads)
     head_dim = int(cfg.get("head_dim") or hidden // heads)
     vocab = int(cfg["vocab_size"])
     inter = int(cfg.get("intermediate_size") or 4 * hidden)
+    _positive(kv_heads=kv_heads, head_dim=head_dim, vocab_size=vocab)
     tied = bool(cfg.get("tie_word_embeddings", False))
     experts = int(cfg.get("num_local_experts") or cfg.get("n_routed_experts") or 1)
     active_experts = int(cfg.get("num_experts_per_tok") or 1)
+    _positive(intermediate_size=inter, experts=experts, experts_per_token=active_experts)
     attn = hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim + heads * head_dim * hidden
     mlp_one = 3 * hidden * inter
     per_layer_total = attn + experts * mlp_one + 2 * hidden
@@ -198,9 +206,17 @@ def from_hf_config(cfg: dict[str, Any], name: str = "model") -> ModelPreset:
     mla = None
     if cfg.get("kv_lora_rank"):
         mla = int(cfg["kv_lora_rank"]) + int(cfg.get("qk_rope_head_dim") or 0)
+        _positive(kv_lora_rank=mla)
     slug = re.sub(r"[^a-z0-9.]+", "-", str(cfg.get("_name_or_path") or name).lower()).strip("-") or "model"
     return ModelPreset(slug, str(cfg.get("_name_or_path") or name), layers, hidden, heads, kv_heads, head_dim,
                        vocab, params, active, tied, mla)
+
+
+def _positive(**sizes: int) -> None:
+    # a config.json is user input: a size of 0 divides by zero, an absurd one overflows a float later
+    for key, v in sizes.items():
+        if not 0 < v <= 1 << 40:
+            raise ValueError(f"{key} must be a positive size, got {v}")
 
 
 _NVML_PATTERNS = (
