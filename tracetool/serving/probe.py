@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import sys
 import time
@@ -42,6 +43,9 @@ from tracetool.errors import BadInput, UsageError
 from tracetool.notices import say_once
 from tracetool.serving.probe_trace import write_request
 from tracetool.serving.sse import MalformedStream, SSEParser, parse_server_timing
+
+#: Most of an error body or model list read: enough for any message, bounded against endless bodies.
+MAX_BODY_BYTES = 1 << 20
 
 #: Client clock: epoch nanoseconds advanced by the monotonic clock (no jumps mid-run).
 _EPOCH0 = time.time_ns() - time.perf_counter_ns()
@@ -214,18 +218,25 @@ class Prober:
         import httpx
 
         url = f"{self.base}/models"
-        try:
-            resp = await client.get(url)
+
+        async def get() -> tuple[int, bytes]:
+            async with client.stream("GET", url) as resp:
+                return resp.status_code, await _read_capped(resp, MAX_BODY_BYTES)
+
+        try:  # the whole exchange is bounded: a server dripping bytes never trips a read timeout
+            status, raw = await asyncio.wait_for(get(), self.cfg.timeout_s)
+        except asyncio.TimeoutError:
+            raise BadInput(f"cannot reach {url}: timeout after {self.cfg.timeout_s:g} s") from None
         except httpx.HTTPError as e:
             raise BadInput(f"cannot reach {url}: {_one_line(e)}") from e
-        if resp.status_code >= 400:
-            raise BadInput(f"{url} answered HTTP {resp.status_code}; pass --model NAME")
+        if status >= 400:
+            raise BadInput(f"{url} answered HTTP {status}; pass --model NAME")
         try:
-            data = resp.json()["data"]
+            data = json.loads(raw)["data"]
             model = str(data[0]["id"])
             self.models_listed = True
             return model
-        except (ValueError, KeyError, IndexError, TypeError) as e:
+        except (ValueError, KeyError, IndexError, TypeError, RecursionError) as e:
             raise BadInput(f"{url} did not list a model; pass --model NAME") from e
 
     async def _guarded(self, client: Any, sem: asyncio.Semaphore, i: int, prompt: str, model: str) -> None:
@@ -291,6 +302,8 @@ class Prober:
             r.fail(f"timeout: {type(e).__name__}")
         except httpx.HTTPError as e:
             r.fail(f"{type(e).__name__}: {_one_line(e)}")
+        except Exception as e:  # whatever a server sends fails this request only, never the run
+            r.fail(f"probe error: {type(e).__name__}: {_one_line(e)}")
         if not r.end_ns:
             r.end_ns = client_now()
         if (self.usage and r.http_status in (400, 422) and r.error and "stream_options" in r.error
@@ -312,13 +325,13 @@ class Prober:
             if st:
                 r.server_timing = parse_server_timing(st) or None
             if resp.status_code >= 400:
-                raw = await resp.aread()
+                raw = await _read_capped(resp, MAX_BODY_BYTES)
                 r.end_ns = client_now()
                 r.fail(f"HTTP {resp.status_code}: {_error_message(raw)}")
                 return
             ctype = resp.headers.get("content-type", "")
             if "text/event-stream" not in ctype:
-                await resp.aread()
+                await _read_capped(resp, MAX_BODY_BYTES)
                 r.end_ns = client_now()
                 r.fail(f"server did not stream (content-type {ctype or 'missing'!r})")
                 return
@@ -341,7 +354,7 @@ class Prober:
             return
         try:
             obj = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise MalformedStream(f"event is not JSON: {data[:80]!r}") from None
         if not isinstance(obj, dict):
             raise MalformedStream(f"event is not a JSON object: {data[:80]!r}")
@@ -369,14 +382,13 @@ class Prober:
                     r.finish_reason = str(c0["finish_reason"])
         usage = obj.get("usage")
         if isinstance(usage, dict):
-            if isinstance(usage.get("completion_tokens"), int):
-                r.output_tokens = usage["completion_tokens"]
-            if isinstance(usage.get("prompt_tokens"), int):
-                r.prompt_tokens = usage["prompt_tokens"]
+            if (n := _count(usage.get("completion_tokens"))) is not None:
+                r.output_tokens = n
+            if (n := _count(usage.get("prompt_tokens"))) is not None:
+                r.prompt_tokens = n
         st = obj.get("server_timing")
         if isinstance(st, dict):
-            parsed = {str(k): float(v) for k, v in st.items()
-                      if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            parsed = {str(k): ms for k, v in st.items() if (ms := _duration_ms(v)) is not None}
             if parsed:
                 r.server_timing = parsed
 
@@ -430,13 +442,44 @@ class Prober:
             self.recorder.close()
 
 
+async def _read_capped(resp: Any, limit: int) -> bytes:
+    """At most ``limit`` bytes of a response body (an error page or model list, never endless)."""
+    parts: list[bytes] = []
+    n = 0
+    async for part in resp.aiter_bytes():
+        parts.append(part)
+        n += len(part)
+        if n >= limit:
+            break
+    return b"".join(parts)[:limit]
+
+
+def _count(v: Any) -> int | None:
+    """A token count a server reported, when it fits the trace's int32 columns (else it is ignored:
+    a row with a value that does not fit would be lost)."""
+    if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 30:
+        return v
+    return None
+
+
+def _duration_ms(v: Any) -> float | None:
+    """A server-reported duration in ms when it is a finite number >= 0, else None."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return None
+    try:
+        ms = float(v)
+    except OverflowError:  # a JSON integer with hundreds of digits
+        return None
+    return ms if math.isfinite(ms) and ms >= 0 else None
+
+
 def _error_message(raw: bytes) -> str:
     try:
         obj = json.loads(raw)
         err = obj.get("error", obj) if isinstance(obj, dict) else obj
         msg = err.get("message") if isinstance(err, dict) else err
         return str(msg)[:200] if msg else raw[:200].decode("utf-8", "replace")
-    except ValueError:
+    except (ValueError, RecursionError):
         return " ".join(raw[:200].decode("utf-8", "replace").split()) or "(empty body)"
 
 

@@ -12,6 +12,7 @@ two network chunks is decoded whole.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator
 
@@ -117,7 +118,9 @@ def parse_server_timing(value: str) -> dict[str, float]:
         if d is None or name in out:
             continue
         try:
-            out[name] = float(d.group(1))
+            ms = float(d.group(1))
         except ValueError:
             continue
+        if math.isfinite(ms) and ms >= 0:  # "dur=1e999" or a negative duration is no timing
+            out[name] = ms
     return out
