@@ -342,11 +342,26 @@ class _StreamFile:
         self._writer = pa.ipc.new_stream(pa.PythonFile(self._parts, mode="w"), schema, options=options)
 
     def _write(self, data: bytes) -> None:
+        start = self.bytes
         view = memoryview(data)
-        while view:
-            n = os.write(self.fd, view)
-            view = view[n:]
-            self.bytes += n
+        try:
+            while view:
+                n = os.write(self.fd, view)
+                view = view[n:]
+                self.bytes += n
+        except OSError:
+            # A full disk or a file-size limit can cut a message in the middle: cut the file
+            # back to the last whole message, so what was written stays a valid stream.
+            try:
+                os.ftruncate(self.fd, start)
+                self.bytes = start
+            except OSError:
+                pass
+            raise
+
+    def abandon(self) -> None:
+        """Close without writing more (the writer stopped): the file ends at its last whole message."""
+        os.close(self.fd)
 
     def write_batch(self, batch: pa.RecordBatch) -> None:
         self._writer.write_batch(batch)
@@ -450,12 +465,27 @@ class TraceWriter:
                 if name not in self._files and self.failed is None and name in TABLES:
                     self._guard(lambda name=name: self._open_file(name))
             for f in self._files.values():
-                self._guard(f.close)
+                if self.failed is None:
+                    self._guard(f.close)
+                else:
+                    try:
+                        f.abandon()
+                    except OSError:
+                        pass
             self._files.clear()
             self.meta["closed"] = True
             self.meta["closed_unix_ns"] = time.time_ns()
             self._update_drops()
-            self._guard(lambda: write_meta(self.directory, self.meta))
+            if self.failed is None:
+                self._guard(lambda: write_meta(self.directory, self.meta))
+            else:
+                # One last try, so the trace says why it ends early and how many rows were
+                # dropped (a full file system, a size limit or a lost symlink leave meta.json
+                # writable; a read-only or removed directory does not, and that is fine).
+                try:
+                    write_meta(self.directory, self.meta)
+                except OSError:
+                    pass
         try:
             atexit.unregister(self.close)
         except Exception:
