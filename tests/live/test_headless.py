@@ -1,0 +1,88 @@
+"""``tracetool attach ADDR --record DIR --duration S``: the live stream saved as a valid v1 trace."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from live_helpers import Traffic, free_port, produce
+
+from collectors.recorder import Recorder
+from tracetool.live.config import LiveConfig
+from tracetool.reader import open_trace
+
+
+@pytest.mark.slow
+def test_record_saves_a_valid_trace_that_says_where_it_came_from(
+        live_recorder: Callable[..., Recorder], tmp_path: Path, cli) -> None:
+    rec = live_recorder(meta={"model": {"name": "demo", "params": 1000}})
+    produce(rec, 3, 10, prefix="before")  # history: recorded before the attach
+    out = tmp_path / "copy"
+    with Traffic(rec, tokens=10):
+        r = cli("attach", str(rec.live.address), "--record", str(out), "--duration", "1.5", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    server = doc["servers"][0]
+    assert server["connected"] and server["rows"]["tokens"] >= 30 and server["dropped_rows"] == {}
+    assert "recorded" in r.err and "Traceback" not in r.err
+    v = cli("validate", str(out))
+    assert v.code == 0, v.out + v.err
+    t = open_trace(out)
+    assert t.meta["closed"] is True
+    assert t.meta["model"] == {"name": "demo", "params": 1000}, "the server's meta fields are kept"
+    assert any(f"recorded by tracetool attach from {rec.live.address}" in n for n in t.meta["notes"])
+    assert t.meta["live_source"]["address"] == str(rec.live.address)
+    assert t.meta["live_source"]["instances"] == [rec.live.instance]
+    assert t.rows("tokens") == server["rows"]["tokens"]
+    assert {"before0", "before1", "before2"} <= set(t.table("tokens").column("request_id").to_pylist())
+    a = cli("analyze", str(out), "--json")
+    assert a.code == 0 and json.loads(a.out)["requests"] >= 3
+
+
+def test_stream_drops_are_in_the_trace_meta(live_recorder: Callable[..., Recorder], tmp_path: Path) -> None:
+    from tracetool.live.client import ClientOptions
+    from tracetool.live.headless import _finish, _Recorder
+
+    rec = live_recorder()
+    r = _Recorder(rec.live.address, tmp_path / "t", ClientOptions())
+    r.writer.start()
+    r.conn._dropped_before = {"tokens": 77}  # what the server reported for this viewer
+    _finish(r, 1.0, ClientOptions())
+    t = open_trace(tmp_path / "t")
+    assert t.meta["dropped_rows"] == {"tokens": 77}
+    assert any("dropped 77 rows" in n for n in t.meta["notes"])
+
+
+@pytest.mark.slow
+def test_record_several_servers_one_trace_each(live_recorder: Callable[..., Recorder], tmp_path: Path, cli) -> None:
+    a, b = live_recorder("a"), live_recorder("b")
+    produce(a, 2, 5, prefix="a")
+    produce(b, 2, 5, prefix="b")
+    out = tmp_path / "both"
+    r = cli("attach", str(a.live.address), str(b.live.address), "--record", str(out), "--duration", "1")
+    assert r.code == 0, r.err
+    dirs = sorted(p.name for p in out.iterdir())
+    assert dirs == sorted(f"127.0.0.1_{x.live.address.port}" for x in (a, b))
+    assert cli("validate", str(out / dirs[0])).code == 0
+    assert cli("analyze", str(out), "--json").code == 0
+
+
+def test_record_errors_are_one_line_with_exit_codes(live_recorder: Callable[..., Recorder], tmp_path: Path,
+                                                    cli) -> None:
+    nobody = f"127.0.0.1:{free_port()}"
+    r = cli("attach", nobody, "--record", str(tmp_path / "n"), "--duration", "0.5")
+    assert r.code == 3 and "nothing recorded" in r.err and "Traceback" not in r.err
+    rec = live_recorder(live=LiveConfig("127.0.0.1:0", token="right"))
+    r = cli("attach", str(rec.live.address), "--token", "wrong", "--record", str(tmp_path / "w"), "--duration", "1")
+    assert r.code == 3 and "refused: wrong token" in r.err
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    r = cli("attach", str(rec.live.address), "--record", str(tmp_path / "full"), "--duration", "1")
+    assert r.code == 2 and "not empty" in r.err
+    assert cli("attach", "127.0.0.1:1", "--record", str(tmp_path / "d")).code == 2
+    assert cli("attach", "127.0.0.1:1", "--duration", "3").code == 2
+    assert cli("attach", "host:99999").code == 2
+    r = cli("attach", "127.0.0.1:1")  # the TUI needs a terminal; pytest has none
+    assert r.code == 2 and "interactive terminal" in r.err

@@ -1,0 +1,72 @@
+"""The viewer on a live source: two servers side by side and combined, a header that moves at 4 Hz,
+the window key, and a server that goes away shown as disconnected."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from live_helpers import Traffic, wait_until
+
+from collectors.recorder import Recorder
+from tracetool.live.client import ClientOptions
+from tracetool.live.source import LiveSource
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def test_source_gives_each_server_and_status(live_recorder: Callable[..., Recorder]) -> None:
+    import analyzers
+
+    a, b = live_recorder("a"), live_recorder("b")
+    src = LiveSource([a.live.address, b.live.address], options=ClientOptions(backoff_s=0.1)).start()
+    try:
+        with Traffic(a, prefix="a"), Traffic(b, prefix="b"):
+            wait_until(lambda: len(src.snapshot()) == 2, "both servers' windows")
+        traces = src.snapshot()
+        assert [t.name for t in traces] == [str(a.live.address), str(b.live.address)]
+        analysis = analyzers.analyze(traces)
+        doc = analysis.to_json()
+        assert [t["trace"] for t in doc["traces"]] == [str(a.live.address), str(b.live.address)]
+        assert doc["requests"] == sum(t["requests"] for t in doc["traces"])
+        status = src.status()
+        assert status.count("connected") == 2 and "tokens" in status and "window last 30 s" in status
+        b.close()
+        wait_until(lambda: "disconnected" in src.status(), "server b shown as disconnected")
+        assert src.status().split(" │ ")[0].startswith(f"{a.live.address}: connected")
+    finally:
+        src.close()
+
+
+@pytest.mark.anyio  # anyio's pytest plugin (anyio comes with httpx) runs the async test
+async def test_app_header_moves_at_refresh_rate_and_w_slides(live_recorder: Callable[..., Recorder]) -> None:
+    from tracetool.tui.app import TraceApp
+
+    rec = live_recorder()
+    src = LiveSource([rec.live.address], refresh_s=0.25)
+    app = TraceApp(src)
+    try:
+        with Traffic(rec):
+            async with app.run_test(size=(120, 40)) as pilot:
+                seen: list[str] = []
+                for _ in range(12):  # 3 s at the refresh interval
+                    await pilot.pause(0.25)
+                    if not seen or app.status_line != seen[-1]:
+                        seen.append(app.status_line)
+                assert len(seen) >= 6, f"the header moved {len(seen)} times in 3 s: {seen}"
+                assert all("connected" in s for s in seen[1:])
+                while app.snapshot is None:
+                    await pilot.pause(0.1)
+                assert app.snapshot.views and app.snapshot.source_label == str(rec.live.address)
+                assert app.check_action("window", ())
+                await pilot.press("w")
+                assert src.spec.seconds == 60.0 and "window last 60 s" in app.status_line
+                await pilot.press("q")
+        assert app.return_code == 0
+    finally:
+        src.close()

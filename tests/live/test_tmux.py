@@ -1,0 +1,91 @@
+"""``tracetool attach`` in a real terminal, on a real ``tracetool serve --live`` under probe traffic.
+
+tmux (a private server, its own socket) runs the viewer at 120x40; the test
+reads the pane twice and the tokens received, shown in the header, must have
+grown; ``q`` quits with exit 0. Waits poll the pane (an external process
+offers no event to await), with generous deadlines for a loaded machine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from live_helpers import free_port
+
+from tracetool.serving.demo import server_process
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")]
+
+DEADLINE_S = 90.0
+TOKENS_RE = re.compile(r"connected · ([\d,]+) tokens")
+
+
+class Tmux:
+    def __init__(self, socket: str) -> None:
+        self.socket = socket
+
+    def run(self, *args: str) -> str:
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True,
+                              check=True, env=env).stdout
+
+    def pane(self) -> str:
+        return self.run("capture-pane", "-p", "-t", "live")
+
+    def wait_for(self, test: Callable[[str], bool], what: str) -> str:
+        end = time.monotonic() + DEADLINE_S
+        text = ""
+        while time.monotonic() < end:
+            text = self.pane()
+            if test(text):
+                return text
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}; the pane shows:\n{text}")
+
+
+@pytest.fixture
+def tmux() -> Iterator[Tmux]:
+    t = Tmux(f"tracetool-live-test-{os.getpid()}")
+    yield t
+    subprocess.run(["tmux", "-L", t.socket, "kill-server"], capture_output=True)
+
+
+def _tokens(text: str) -> int:
+    m = TOKENS_RE.search(text.splitlines()[0] if text else "")
+    return int(m.group(1).replace(",", "")) if m else -1
+
+
+def test_attach_in_a_real_terminal_watches_tokens_grow(tmux: Tmux, tmp_path: Path) -> None:
+    port = free_port()
+    with server_process(tmp_path / "server", "--threads", "1", "--live", f"127.0.0.1:{port}") as (url, _):
+        probe = subprocess.Popen([sys.executable, "-m", "tracetool", "probe", url, "-n", "2000",
+                                  "--concurrency", "2", "--max-tokens", "16", "-q"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            status = tmp_path / "exit-status"
+            command = f"{sys.executable} -m tracetool attach 127.0.0.1:{port}; echo $? > {status}; sleep 30"
+            tmux.run("new-session", "-d", "-s", "live", "-x", "120", "-y", "40", command)
+            first = tmux.wait_for(lambda t: _tokens(t) > 0, "tokens in the header")
+            second = tmux.wait_for(lambda t: _tokens(t) > _tokens(first), "the token count to grow")
+            assert _tokens(second) > _tokens(first)
+            analysed = tmux.wait_for(lambda t: "requests" in t.splitlines()[0], "the analysed overview")
+            assert f"127.0.0.1:{port}" in analysed.splitlines()[0] and "bottleneck" in analysed
+            tmux.run("send-keys", "-t", "live", "q")
+            end = time.monotonic() + DEADLINE_S
+            while not status.exists() or not status.read_text().strip():
+                assert time.monotonic() < end, "tracetool attach did not exit on q"
+                time.sleep(0.1)
+            assert status.read_text().strip() == "0"
+            assert "Traceback" not in tmux.pane()
+        finally:
+            probe.kill()
+            probe.wait(10)
