@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -40,7 +41,7 @@ def write_meta(directory: str | os.PathLike[str], meta: dict[str, Any]) -> None:
     path = Path(directory) / META_FILE
     tmp = path.with_name(f".{META_FILE}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(meta, indent=2, sort_keys=False, default=str) + "\n")
+        tmp.write_text(json.dumps(_finite(meta), indent=2, sort_keys=False, default=str) + "\n")
         os.replace(tmp, path)
     except OSError:
         try:  # a full disk must not leave half a temporary file behind
@@ -56,8 +57,8 @@ def read_meta(directory: str | os.PathLike[str]) -> dict[str, Any]:
     if not path.is_file():
         raise TraceFormatError(f"no {META_FILE}: not a tracetool trace directory", path=str(directory))
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        meta = json.loads(path.read_text(encoding="utf-8"), parse_constant=_not_json)
+    except (OSError, ValueError) as e:  # ValueError: JSONDecodeError, UnicodeDecodeError, NaN
         raise TraceFormatError(f"unreadable JSON ({_one_line(e)})", path=str(path)) from e
     except RecursionError:  # json's C scanner recurses per nesting level
         raise TraceFormatError("unreadable JSON (nested too deeply)", path=str(path)) from None
@@ -90,6 +91,23 @@ def check_meta(meta: Any, where: str = META_FILE) -> dict[str, Any]:
         if key in meta and not isinstance(meta[key], kind):
             raise TraceFormatError(f'"{key}" must be a JSON {kind.__name__}', path=where)
     return meta
+
+
+def _finite(v: Any) -> Any:
+    """``v`` with NaN and infinities as null: JSON has no such numbers, and read_meta refuses them."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
+
+
+def _not_json(name: str) -> Any:
+    # Python's json reads NaN and Infinity, which JSON does not have: they would reach
+    # `--json` outputs (which refuse them) and the analyzers' arithmetic.
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _one_line(e: BaseException) -> str:
