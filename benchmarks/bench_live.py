@@ -1,0 +1,224 @@
+"""Live attach: the token rate a viewer keeps up with, and what one viewer costs the recorder.
+
+Two parts, each side by side in one run:
+
+1. **Keep-up rate.** A producer process records synthetic requests (100
+   tokens each) through the Recorder's per-token hot path at a target rate,
+   with ``live="127.0.0.1:0"``; this process attaches a
+   :class:`~tracetool.live.source.LiveSource` (no history) and stamps every
+   token batch as it arrives in the source (``ServerWindow.add``). **Lag** is
+   per token: arrival in the viewer's source (``time.time_ns()``) minus the
+   token's ``emit_ns`` (same machine, same clock) — the moment it is in the
+   next ``snapshot()``. p50/p99 leave out the first 0.5 s (warm-up: first
+   flushes and first Arrow kernels); max is over every token. Rendering is measured separately: the time one
+   ``snapshot()`` of the 30 s window plus ``analyzers.analyze()`` takes at
+   the end of the run, which is what an analysed view lags by on top (the
+   header's token counts are redrawn every 0.25 s from the source). A rate
+   is kept up with when the viewer received every token, nothing was
+   dropped, and the p99 lag is <= 250 ms.
+
+2. **Cost per token.** The producer at a fixed rate in three modes: no live
+   endpoint, live with no viewer, live with one viewer attached. Reported:
+   the host process's CPU time per token (all its threads: hot path,
+   flusher, forwarder to the endpoint process), and separately the endpoint
+   process's CPU per token.
+
+Usage: python benchmarks/bench_live.py [--rates 25000,50000,...] [--seconds 4] [--cost-rate 50000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+
+PRODUCER = r"""
+import json, os, sys, time
+from collectors.recorder import Recorder
+rate, seconds, mode, out = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4]
+rec = Recorder(out, live="127.0.0.1:0" if mode != "off" else None).start()
+addr = str(rec.live.address) if rec.live else ""
+side = rec.live._proc.pid if rec.live else 0
+print(f"ready {addr}", flush=True)
+sys.stdin.readline()
+def cpu(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        parts = f.read().rsplit(")", 1)[1].split()
+    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+side0 = cpu(side) if side else 0.0
+c0, t0 = time.process_time(), time.perf_counter()
+n, k, per_req = 0, 0, 100
+end = t0 + seconds
+while True:
+    now = time.perf_counter()
+    if now >= end:
+        break
+    due = int((now - t0) * rate)
+    while n < due:
+        with rec.request(f"r{k}", prompt_tokens=16) as req:
+            for i in range(per_req):
+                req.token(i, kv_len=16 + i)
+            req.output_tokens = per_req
+        n += per_req
+        k += 1
+    time.sleep(0.001)
+wall = time.perf_counter() - t0
+host_cpu = time.process_time() - c0
+rec.writer.flush()
+side_cpu = (cpu(side) - side0) if side else 0.0
+print(json.dumps({"tokens": n, "wall_s": wall, "host_cpu_s": host_cpu, "endpoint_cpu_s": side_cpu,
+                  "writer_dropped": rec.writer.dropped, "live_dropped": rec.live.dropped if rec.live else 0}),
+      flush=True)
+sys.stdin.readline()
+rec.close()
+"""
+
+
+class Producer:
+    def __init__(self, rate: float, seconds: float, mode: str, out: Path) -> None:
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        self.proc = subprocess.Popen([sys.executable, "-c", PRODUCER, str(rate), str(seconds), mode, str(out)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True, env=env)
+        assert self.proc.stdout is not None
+        self.address = self.proc.stdout.readline().split(" ", 1)[1].strip()
+
+    def run(self) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        doc: dict[str, Any] = json.loads(self.proc.stdout.readline())
+        return doc
+
+    def finish(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("done\n")
+        self.proc.stdin.flush()
+        self.proc.wait(60)
+
+
+def keep_up(rate: float, seconds: float, tmp: Path) -> dict[str, Any]:
+    from tracetool.live import window as window_mod
+    from tracetool.live.client import ClientOptions
+    from tracetool.live.source import LiveSource
+
+    prod = Producer(rate, seconds, "live", tmp / f"keep-{int(rate)}")
+    lags: list[np.ndarray] = []
+    all_lags: list[np.ndarray] = []
+    received = [0]
+    lock = threading.Lock()
+    original = window_mod.ServerWindow.add
+
+    warm = [0]  # tokens emitted before this are the warm-up (first flushes, first kernels)
+
+    def stamped(self: Any, table: str, batch: Any) -> None:
+        if table == "tokens":
+            now = time.time_ns()
+            emit = batch.column("emit_ns").to_numpy(zero_copy_only=False)
+            with lock:
+                all_lags.append((now - emit) / 1e6)
+                lags.append((now - emit[emit >= warm[0]]) / 1e6)
+                received[0] += batch.num_rows
+        original(self, table, batch)
+
+    window_mod.ServerWindow.add = stamped  # type: ignore[method-assign]
+    src = LiveSource([prod.address], options=ClientOptions(history=False)).start()
+    try:
+        src.wait_first(30)
+        warm[0] = time.time_ns() + 500_000_000
+        res = prod.run()
+        deadline = time.monotonic() + 10
+        while received[0] < res["tokens"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        t0 = time.perf_counter()
+        traces = src.snapshot()
+        t1 = time.perf_counter()
+        import analyzers
+
+        analyzers.analyze(traces)
+        t2 = time.perf_counter()
+        dropped = sum(src.dropped[src.windows[0].label].values())
+    finally:
+        window_mod.ServerWindow.add = original  # type: ignore[method-assign]
+        src.close()
+        prod.finish()
+    steady = np.concatenate(lags) if lags else np.array([np.inf])
+    every = np.concatenate(all_lags) if all_lags else np.array([np.inf])
+    window_tokens = traces[0].rows("tokens") if traces else 0
+    return {"target": rate, "achieved": res["tokens"] / res["wall_s"], "produced": res["tokens"],
+            "received": received[0], "dropped": dropped + res["live_dropped"],
+            "p50_ms": float(np.percentile(steady, 50)), "p99_ms": float(np.percentile(steady, 99)),
+            "max_ms": float(every.max()), "snapshot_s": t1 - t0, "analyze_s": t2 - t1,
+            "window_tokens": window_tokens}
+
+
+def cost(rate: float, seconds: float, tmp: Path) -> list[dict[str, Any]]:
+    from tracetool.live.client import ClientOptions
+    from tracetool.live.source import LiveSource
+
+    out = []
+    for mode in ("off", "live, no viewer", "live, 1 viewer"):
+        prod = Producer(rate, seconds, "off" if mode == "off" else "live", tmp / f"cost-{len(out)}")
+        src = None
+        if mode == "live, 1 viewer":
+            src = LiveSource([prod.address], options=ClientOptions(history=False)).start()
+            src.wait_first(30)
+        try:
+            res = prod.run()
+        finally:
+            if src is not None:
+                src.close()
+            prod.finish()
+        res["mode"] = mode
+        out.append(res)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rates", default="25000,50000,100000,200000,400000")
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--cost-rate", type=float, default=50000.0)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        print(f"keep-up: lag = arrival in the viewer's source - emit_ns, per token; {args.seconds:g} s per rate "
+              "(p50/p99 after a 0.5 s warm-up, max over all)")
+        print(f"{'target tok/s':>12} {'achieved':>10} {'received':>9} {'dropped':>8} {'p50 ms':>7} {'p99 ms':>7} "
+              f"{'max ms':>7} {'window tok':>10} {'snapshot s':>10} {'analyze s':>9}  ok")
+        best = 0.0
+        for rate in (float(r) for r in args.rates.split(",")):
+            r = keep_up(rate, args.seconds, tmp)
+            ok = r["received"] >= r["produced"] and r["dropped"] == 0 and r["p99_ms"] <= 250
+            if ok:
+                best = max(best, r["achieved"])
+            print(f"{r['target']:>12,.0f} {r['achieved']:>10,.0f} {r['received']:>9,} {r['dropped']:>8,} "
+                  f"{r['p50_ms']:>7.1f} {r['p99_ms']:>7.1f} {r['max_ms']:>7.1f} {r['window_tokens']:>10,} "
+                  f"{r['snapshot_s']:>10.3f} {r['analyze_s']:>9.2f}  {'yes' if ok else 'no'}")
+        print(f"highest sustained rate kept up with (p99 lag <= 250 ms, nothing dropped): {best:,.0f} tok/s")
+        print()
+        print(f"cost per token at {args.cost_rate:,.0f} tok/s for {args.seconds:g} s (host = the recording process, "
+              "all threads; endpoint = its live process)")
+        rows = cost(args.cost_rate, args.seconds, tmp)
+        base = rows[0]["host_cpu_s"] / rows[0]["tokens"] * 1e9
+        print(f"{'mode':<16} {'tokens':>9} {'host ns/tok':>11} {'vs off':>7} {'endpoint ns/tok':>15} {'dropped':>8}")
+        for r in rows:
+            host = r["host_cpu_s"] / r["tokens"] * 1e9
+            ep = r["endpoint_cpu_s"] / r["tokens"] * 1e9
+            print(f"{r['mode']:<16} {r['tokens']:>9,} {host:>11.0f} {host / base:>6.2f}x {ep:>15.0f} "
+                  f"{sum(r['writer_dropped'].values()) + r['live_dropped']:>8,}")
+
+
+if __name__ == "__main__":
+    main()
