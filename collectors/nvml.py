@@ -166,16 +166,24 @@ class PynvmlApi:
 
 
 class GpuLost(Exception):
-    """NVML says the GPU fell off the bus (``NVMLError_GpuIsLost``)."""
+    """NVML says the GPU fell off the bus (``NVMLError_GpuIsLost``), or NVML itself went away
+    (``nvml_gone``: the driver unloaded, NVML shut down, a library/driver mismatch after an upgrade)."""
+
+    def __init__(self, why: str, nvml_gone: bool = False) -> None:
+        super().__init__(why)
+        self.nvml_gone = nvml_gone
 
 
-def _error_classes() -> tuple[type[BaseException], tuple[type[BaseException], ...], type[BaseException]]:
-    """(NVMLError, the 'unsupported' errors, GpuIsLost), from pynvml itself."""
+def _error_classes() -> tuple[type[BaseException], tuple[type[BaseException], ...], type[BaseException],
+                              tuple[type[BaseException], ...]]:
+    """(NVMLError, the 'unsupported' errors, GpuIsLost, the 'NVML is gone' errors), from pynvml itself."""
     import pynvml
 
     unsupported = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound,
                    pynvml.NVMLError_NoPermission)
-    return pynvml.NVMLError, unsupported, pynvml.NVMLError_GpuIsLost
+    gone = (pynvml.NVMLError_DriverNotLoaded, pynvml.NVMLError_Uninitialized,
+            pynvml.NVMLError_LibRmVersionMismatch, pynvml.NVMLError_LibraryNotFound)
+    return pynvml.NVMLError, unsupported, pynvml.NVMLError_GpuIsLost, gone
 
 
 class Nvml:
@@ -242,11 +250,13 @@ class Nvml:
         """
         if (gpu, field) in self._unsupported:
             return None
-        nvml_error, unsupported, lost = self._errors
+        nvml_error, unsupported, lost, gone = self._errors
         try:
             return fn(*args)
         except lost as e:
             raise GpuLost(str(e)) from e
+        except gone as e:  # every later read fails the same way: not a transient error
+            raise GpuLost(f"{type(e).__name__}: {e}", nvml_gone=True) from e
         except unsupported as e:
             self.mark_unsupported(gpu, field, f"{type(e).__name__}: {e}")
         except nvml_error as e:
@@ -409,6 +419,9 @@ class NvmlSampler:
             try:
                 row = self._read_gpu(gpu)
             except GpuLost as e:
+                if e.nvml_gone:
+                    self._nvml_gone(str(e))
+                    return
                 self._gpu_lost(gpu, str(e))
                 continue
             self._sink.append(row)
@@ -422,6 +435,14 @@ class NvmlSampler:
         say_once(f"nvml-lost-{gpu}", msg)
         self.recorder.note(msg)
         self._gpm_prev.pop(gpu, None)
+
+    def _nvml_gone(self, why: str) -> None:
+        self._lost.update(self.gpus)
+        self.gpus.clear()
+        msg = (f"NVML went away ({why}) at {time.time_ns()} ns; no GPU left to sample, the NVML "
+               "sampler stopped")
+        say_once("nvml-gone", msg)
+        self.recorder.note(msg)
 
     def _read_gpu(self, gpu: int) -> tuple[Any, ...]:
         nvml, api = self.nvml, self.nvml.api
