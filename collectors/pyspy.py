@@ -207,6 +207,13 @@ def explain_failure(pid: int, output: str) -> str:
     return f"py-spy failed on process {pid}: {last[0] if last else 'no output'}"
 
 
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return str(num)
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -434,8 +441,12 @@ class PySpySampler:
         return seg
 
     def _ended(self, seg: _Segment) -> None:
+        rc = seg.proc.returncode
         if "process exited" in seg.text.lower() or not pid_alive(self.pid):
             self._note_end(f"py-spy: process {self.pid} exited; CPU sampling ended")
+        elif rc is not None and rc < 0:  # py-spy itself was killed (OOM killer, kill -9): not its output's fault
+            self._note_end(f"py-spy was killed by signal {_signal_name(-rc)} while sampling process {self.pid}; "
+                           "CPU sampling ended (earlier samples are kept)")
         else:
             self._note_end(explain_failure(self.pid, seg.text) + "; CPU sampling ended")
 
