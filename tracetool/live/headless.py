@@ -143,8 +143,8 @@ def _finish(r: _Recorder, elapsed: float, opts: ClientOptions) -> None:
     server_dropped = {k: int(v) for k, v in (r.server_meta.get("dropped_rows") or {}).items()
                       if isinstance(v, (int, float))}
     w = r.writer
-    w.note(f"recorded by tracetool attach from {rec.address} (a live stream"
-           f"{', with the server's recent history from before the attach' if opts.history else ''})")
+    history = ", with the server's recent history from before the attach" if opts.history else ""
+    w.note(f"recorded by tracetool attach from {rec.address} (a live stream{history})")
     for n in r.server_meta.get("notes") or []:
         w.note(f"server: {n}")
     if not rec.connected:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import socket
 import sys
 import threading
 import time
@@ -126,6 +127,7 @@ class LiveEndpoint:
                                             Path(self.config.tls_key).read_bytes())]
             except OSError as e:
                 raise UsageError(f"cannot read the live TLS certificate or key ({e.strerror or e})") from e
+        _check_bind(addr)
         try:
             self._service = _Service(self, addr.uri(self.tls), certs)
         except (flight.FlightError, pa.ArrowException, OSError) as e:
@@ -356,6 +358,20 @@ class _Service(flight.FlightServerBase):
         for name in sorted(TABLES):
             desc = flight.FlightDescriptor.for_path(name)
             yield flight.FlightInfo(TABLES[name].arrow_schema, desc, [], -1, -1)
+
+
+def _check_bind(addr: Address) -> None:
+    """Say why a port cannot be bound in the OS's words (gRPC only says it "did not start")."""
+    if addr.port == 0:
+        return
+    try:
+        family, kind, proto, _, sockaddr = socket.getaddrinfo(addr.host, addr.port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(sockaddr)
+    except OSError as e:
+        raise UsageError(f"--live: cannot listen on {addr} ({e.strerror or e}); pick another port "
+                         "(0 picks a free one)") from e
 
 
 def _empty(schema: pa.Schema) -> pa.RecordBatch:
