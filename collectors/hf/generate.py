@@ -133,15 +133,20 @@ def token_times_streamer(chain: Any = None) -> Any:
                 self.prompt_seen = False
                 self.times: list[int] = []
                 self.values: list[Any] = []
+                #: failures of our own bookkeeping (counted by the recorder after generate)
+                self.errors: list[BaseException] = []
 
             def put(self, value: Any) -> None:
-                t = now_ns()
-                if self.prompt_seen:
-                    self.times.append(t)
-                    self.values.append(value)
-                else:
-                    self.prompt_seen = True
-                if self.chain is not None:
+                try:  # transformers calls this inside generate: our part must never raise into it
+                    t = now_ns()
+                    if self.prompt_seen:
+                        self.times.append(t)
+                        self.values.append(value)
+                    else:
+                        self.prompt_seen = True
+                except Exception as e:
+                    self.errors.append(e)
+                if self.chain is not None:  # the caller's own streamer: its errors are the caller's
                     self.chain.put(value)
 
             def end(self) -> None:
@@ -287,6 +292,8 @@ def _record(tr: _Tracker, th: dict[str, Any], hooks: Any, model: Any, args: tupl
             err: BaseException | None) -> None:
     rec = tr.rec
     end = now_ns()
+    for e in getattr(streamer, "errors", ())[:100]:
+        rec.error("hf streamer", e)
     steps: list[Step] = hooks.steps(raw)  # on CUDA: waits for the events (generate has synced already)
     x = _input_ids(args, kwargs)
     batch = len(last.requests)
