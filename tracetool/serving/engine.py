@@ -328,10 +328,15 @@ class Engine:
             sid, s0, s1, batch = step
             h.token(index, kv, emit, s0, s1, batch, sid)
         elif step is not None:
-            # after sampling read the logits, so on CUDA the step's events are complete
-            s = self._hooks.steps([step.raw])[0]
-            h.token(index, kv, emit, NULL if s.start_ns is None else s.start_ns,
-                    NULL if s.end_ns is None else s.end_ns, s.batch, s.step_id)
+            # after sampling read the logits, so on CUDA the step's events are complete; a failure
+            # of the collectors (a CUDA event that cannot be read) costs the step columns, not the request
+            steps = self.recorder.guard(self._hooks.steps, [step.raw], where="engine step")
+            s = steps[0] if steps else None
+            if s is None:
+                h.token(index, kv, emit)
+            else:
+                h.token(index, kv, emit, NULL if s.start_ns is None else s.start_ns,
+                        NULL if s.end_ns is None else s.end_ns, s.batch, s.step_id)
         else:
             h.token(index, kv, emit)
         if prefill_start is not None:
