@@ -27,13 +27,7 @@ from collectors import Recorder
 from collectors.nvml import NvmlSampler
 from collectors.pyspy import PySpySampler, pyspy_binary
 from tests.system.nvml_double import H100_READINGS, GpuScript, ScriptedNvml
-from tracetool import notices
 from tracetool.reader import open_trace
-
-
-@pytest.fixture(autouse=True)
-def _fresh_notices() -> None:
-    notices.reset()
 
 
 @pytest.mark.parametrize("error", [pynvml.NVMLError_DriverNotLoaded, pynvml.NVMLError_Uninitialized,
