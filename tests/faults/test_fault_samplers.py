@@ -93,3 +93,53 @@ def test_pyspy_killed_mid_run_keeps_earlier_samples(tmp_path: Path, capsys: pyte
     lines = [ln for ln in capsys.readouterr().err.splitlines() if "py-spy" in ln]
     assert len(lines) == 1, lines
     assert rec.errors == 0
+
+
+class Injected(RuntimeError):
+    """The fault a test injects (never raised by the product)."""
+
+
+def test_an_exception_in_the_nvml_sampler_is_counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug in the sampler's own code (not an NVML error) ends its thread, counted; the host goes on."""
+    api = ScriptedNvml()
+    rec = Recorder(tmp_path / "t").start()
+    sampler = NvmlSampler(rec, 100.0, api=api)
+
+    def broken(gpu: int) -> Any:
+        raise Injected("injected in the NVML sampler")
+
+    monkeypatch.setattr(sampler, "_read_gpu", broken)
+    sampler.start()
+    assert sampler._thread is not None
+    sampler._thread.join(timeout=30)
+    assert not sampler._thread.is_alive()
+    sampler.stop()
+    rec.close()
+    assert rec.errors == 1
+    t = open_trace(tmp_path / "t", strict=True)
+    assert "collector errors: 1" in " ".join(t.meta["notes"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(pyspy_binary() is None, reason="py-spy is not installed")
+def test_an_exception_in_the_pyspy_sampler_is_counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import collectors.pyspy as pyspy
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise Injected("injected while turning py-spy output into rows")
+
+    monkeypatch.setattr(pyspy, "stack_rows", broken)
+    host = subprocess.Popen([sys.executable, "-c", BUSY])
+    try:
+        rec = Recorder(tmp_path / "t").start()
+        sampler = PySpySampler(rec, host.pid, 50, segment_s=0.3).start()
+        assert sampler.wait(60), "the sampler did not end after its own failure"
+        assert host.poll() is None
+        sampler.stop()
+        rec.close()
+    finally:
+        host.kill()
+        host.wait()
+    assert rec.errors == 1
+    t = open_trace(tmp_path / "t", strict=True)
+    assert "collector errors: 1" in " ".join(t.meta["notes"])
