@@ -123,6 +123,7 @@ class ServerWindow:
         self._newest_at = 0.0
         self._rate = _Rate()
         self._version = 0
+        self._pruned_at = 0.0
 
     # -- receiving -----------------------------------------------------------------------------
     def set_hello(self, hello: dict[str, Any], new_instance: bool) -> None:
@@ -174,7 +175,11 @@ class ServerWindow:
                               or (keep_from is not None and chunks[0].t_max is not None
                                   and chunks[0].t_max < keep_from)):
                 self._rows[name] -= chunks.popleft().batch.num_rows
-        if keep_from is not None and len(self._requests) > 1000:
+        # forgetting old requests is a pass over all of them: at most once a second
+        if time.monotonic() - self._pruned_at < 1.0:
+            return
+        self._pruned_at = time.monotonic()
+        if keep_from is not None:
             self._requests = {k: v for k, v in self._requests.items() if v[1] >= keep_from}
         elif spec.requests is not None and len(self._requests) > 4 * spec.requests + 1000:
             newest = sorted(self._requests.items(), key=lambda kv: kv[1][0])[-2 * spec.requests:]
