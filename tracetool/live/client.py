@@ -116,6 +116,8 @@ class ServerConnection:
         self.rows: dict[str, int] = {}
         self.batches = 0
         self.gaps = 0
+        #: Why the server last refused this viewer (its token), None once admitted again.
+        self.refusal: str | None = None
         self._dropped_before: dict[str, int] = {}
         self._after: dict[str, int] = {}
         self._session: _Session | None = None
@@ -183,8 +185,6 @@ class ServerConnection:
         delay = self.options.backoff_s
         while not self._stop.is_set():
             self.attempts += 1
-            if self.state != CONNECTED:
-                self.state = CONNECTING if self.connects == 0 else self.state
             outcome = self._connect_and_stream()
             self.first_outcome.set()
             if self._stop.is_set():
@@ -304,7 +304,10 @@ class ServerConnection:
 
     def _set(self, state: str, reason: str) -> None:
         self.state, self.reason = state, reason
-        if state == CONNECTED:
+        if state == REFUSED:
+            self.refusal = reason
+        elif state == CONNECTED:
+            self.refusal = None
             self.retry_at = None
             self.first_outcome.set()
 

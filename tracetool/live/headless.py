@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 
 from tracetool.errors import BadInput, UsageError
-from tracetool.live.client import REFUSED, ClientOptions, ServerConnection
+from tracetool.live.client import ClientOptions, ServerConnection
 from tracetool.live.protocol import Address
 from tracetool.meta import read_meta, write_meta
 from tracetool.writer import TraceWriter
@@ -134,7 +134,7 @@ def record_live(addresses: Sequence[Address], out: Path, duration_s: float, *,
 def _finish(r: _Recorder, elapsed: float, opts: ClientOptions) -> None:
     c, rec = r.conn, r.rec
     rec.connected = c.connects > 0
-    rec.refused = c.reason if c.state == REFUSED or (not rec.connected and "token" in c.reason) else None
+    rec.refused = c.refusal
     rec.reason = c.reason
     rec.rows = dict(c.rows)
     rec.dropped = c.dropped
