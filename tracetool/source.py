@@ -8,9 +8,10 @@ line, and re-analyses on a timer when the source is live:
 * :class:`DirectorySource` (here): trace directories, or directories of traces,
   read once. ``live`` is False, so the viewer analyses once (and again only
   when the user asks for a reload).
-* a live source (``tracetool attach``, the live-attach issue): ``live`` is True
-  and ``refresh_s`` says how often to take a new snapshot; ``snapshot()``
-  returns a sliding window of recent rows as :class:`~tracetool.reader.Trace`
+* :class:`~tracetool.live.source.LiveSource` (``tracetool attach``, also
+  importable from here; loaded only when asked for): ``live`` is True and
+  ``refresh_s`` says how often to take a new snapshot; ``snapshot()`` returns
+  a sliding window of recent rows as :class:`~tracetool.reader.Trace`
   objects, one per server, so several servers show side by side and combined.
   ``status()`` says per server whether it is connected ("b: disconnected,
   retrying in 2 s"), and the viewer shows that line in its header.
@@ -135,4 +136,14 @@ class DirectorySource:
             self._traces = None
 
 
-__all__ = ["DirectorySource", "TraceSource"]
+def __getattr__(name: str) -> object:
+    # LiveSource lives in tracetool.live (it loads pyarrow.flight): imported on first use only,
+    # so `tracetool tui` on files never pays for it.
+    if name == "LiveSource":
+        from tracetool.live.source import LiveSource
+
+        return LiveSource
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["DirectorySource", "TraceSource"]  # and LiveSource, lazily (__getattr__)

@@ -33,3 +33,16 @@ def test_a_recording_host_never_loads_grpc(tmp_path) -> None:
                      f"rec = Recorder({str(tmp_path / 'b')!r}, live='127.0.0.1:0').start(); rec.close()")
     assert "pyarrow._flight" not in loaded and "tracetool.live.server" not in loaded
     assert "tracetool.live.sidecar" in loaded
+
+
+def test_live_source_is_a_trace_source_reachable_from_tracetool_source() -> None:
+    import tracetool.source as source_mod
+    from tracetool.live.source import LiveSource
+
+    assert source_mod.LiveSource is LiveSource
+    src = LiveSource(["127.0.0.1:1"])
+    assert isinstance(src, source_mod.TraceSource) and src.live and src.refresh_s == 0.25
+    assert src.label == "127.0.0.1:1" and src.snapshot() == []
+    src.close()
+    top = _loaded("import tracetool.source")
+    assert "tracetool.live.source" not in top and "pyarrow._flight" not in top
