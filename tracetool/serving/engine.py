@@ -102,6 +102,8 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._hooks: Any = None
         self._own_steps = itertools.count(1)
+        #: requests taken from the queue and not yet in the batch (being prefilled)
+        self._admitted = 0
         #: transformers 5 takes the KV cache as ``cache=``, 4.x as ``past_key_values=``
         self._cache_kw = "cache" if _accepts(model, "cache") else "past_key_values"
         self.tokens_generated = 0
@@ -162,7 +164,7 @@ class Engine:
     @property
     def load(self) -> tuple[int, int]:
         """(running, waiting) right now."""
-        return len(self._batch) + len(self._solo), len(self._waiting)
+        return self._running(), len(self._waiting)
 
     # -- HTTP side -------------------------------------------------------------------------
     def submit(self, req: GenRequest) -> None:
@@ -170,7 +172,9 @@ class Engine:
         with self._cv:
             if self._stop:
                 raise Overloaded("server shutting down")
-            if len(self._waiting) >= self.max_waiting:
+            # it would wait only if no batch slot is free for it once those ahead of it are admitted
+            free = max(0, self.max_batch - self._running())
+            if len(self._waiting) - free >= self.max_waiting:
                 raise Overloaded(f"{len(self._waiting)} requests already waiting")
             req.submitted_ns = now_ns()
             self._waiting.append(req)
@@ -194,10 +198,12 @@ class Engine:
                     admitted: list[GenRequest] = []
                     while self._waiting and self._running() + len(admitted) < self.max_batch:
                         admitted.append(self._waiting.popleft())
+                    self._admitted = len(admitted)  # they hold their slots while being prefilled
                 for r in admitted:  # prefill newcomers, one at a time, then they join the batch
                     r.handle.add_span("queue", r.submitted_ns, now_ns())
                     if not r.cancelled and self._guard(r, self._prefill, r):
                         self._join(r)
+                    self._admitted -= 1
                 if self._batch:
                     self._decode_batch()
                 for r in list(self._solo):
@@ -206,7 +212,7 @@ class Engine:
                         self._solo.remove(r)
 
     def _running(self) -> int:
-        return len(self._batch) + len(self._solo)
+        return len(self._batch) + len(self._solo) + self._admitted
 
     def _guard(self, r: GenRequest, fn: Callable[[GenRequest], bool], arg: GenRequest) -> bool:
         """Run a step of ``r``; a failure ends that request only. Returns True while it goes on."""
