@@ -28,7 +28,7 @@ import pyarrow as pa
 from tracetool.errors import BadInput, UsageError
 from tracetool.live.client import ClientOptions, ServerConnection
 from tracetool.live.protocol import Address
-from tracetool.meta import read_meta, write_meta
+from tracetool.meta import check_meta, read_meta, write_meta
 from tracetool.writer import TraceWriter
 
 #: meta.json fields the writer of the copy owns (the server's values are not copied).
@@ -77,7 +77,7 @@ class _Recorder:
         raw = hello.get("meta")
         meta: dict[str, Any] = dict(raw) if isinstance(raw, dict) else {}
         self.server_meta = meta
-        self.writer.update_meta(**{k: v for k, v in meta.items() if k not in _OWN})
+        self.writer.update_meta(**_valid_fields({k: v for k, v in meta.items() if k not in _OWN}))
         for t in hello.get("tables") or []:
             try:
                 self.writer.sink(t)
@@ -140,12 +140,14 @@ def _finish(r: _Recorder, elapsed: float, opts: ClientOptions) -> None:
     rec.dropped = c.dropped
     rec.reconnects = max(0, c.connects - 1)
     rec.gaps = c.gaps
-    server_dropped = {k: int(v) for k, v in (r.server_meta.get("dropped_rows") or {}).items()
-                      if isinstance(v, (int, float))}
+    raw_dropped = r.server_meta.get("dropped_rows")
+    server_dropped = {str(k): int(v) for k, v in (raw_dropped.items() if isinstance(raw_dropped, dict) else ())
+                      if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 2**62}
     w = r.writer
     history = ", with the server's recent history from before the attach" if opts.history else ""
     w.note(f"recorded by tracetool attach from {rec.address} (a live stream{history})")
-    for n in r.server_meta.get("notes") or []:
+    notes = r.server_meta.get("notes")
+    for n in notes if isinstance(notes, list) else []:
         w.note(f"server: {n}")
     if not rec.connected:
         w.note(f"nothing received: {rec.reason or 'the server was not reachable'}")
@@ -172,6 +174,19 @@ def _finish(r: _Recorder, elapsed: float, opts: ClientOptions) -> None:
         write_meta(w.directory, meta)
     except (OSError, BadInput) as e:
         raise BadInput(f"{w.directory}: cannot finish meta.json ({e})") from e
+
+
+def _valid_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """The server's meta.json fields that keep the copy a valid trace (the stream is input: a
+    ``model`` that is not an object, or a negative size, would make the saved trace invalid)."""
+    out = {}
+    for k, v in fields.items():
+        try:
+            check_meta({"format": "tracetool", "version": 1, k: v})
+        except BadInput:
+            continue
+        out[k] = v
+    return out
 
 
 def _summary(s: ServerRecording) -> str:
