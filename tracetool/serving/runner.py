@@ -108,7 +108,9 @@ def _start_samplers(rec: Any, samplers: Mapping[str, float]) -> list[Callable[[]
         spec = SAMPLERS[name]
         module, _, attr = spec.target.partition(":")
         try:
-            stops.append(getattr(importlib.import_module(module), attr)(rec, float(hz), os.getpid()))
+            handle = getattr(importlib.import_module(module), attr)(rec, float(hz), os.getpid())
+            # the SamplerSpec contract: a callable, or an object with stop() (SystemCollectors)
+            stops.append(handle.stop if hasattr(handle, "stop") else handle)
         except Exception as e:
             rec.note(f"{name}: sampler did not start ({type(e).__name__}: {e})")
             print(f"tracetool: {name}: sampler did not start ({e})", file=sys.stderr)
