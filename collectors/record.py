@@ -62,7 +62,8 @@ class SamplerSpec:
     def check(self, name: str, hz: float) -> float:
         """Refuse a bad rate before anything starts (exit 2), not as a note afterwards."""
         if not (self.min_hz <= hz <= self.max_hz) or hz <= 0:
-            raise UsageError(f"--{name}: rate must be in ({self.min_hz:g}, {self.max_hz:g}] Hz, got {hz:g}")
+            low = f"at least {self.min_hz:g}" if self.min_hz > 0 else "above 0"
+            raise UsageError(f"--{name}: rate must be {low} and at most {self.max_hz:g} Hz, got {hz:g}")
         return hz
 
 

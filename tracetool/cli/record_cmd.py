@@ -3,28 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
 
-from collectors.record import SAMPLERS, run_recording
+from collectors.record import run_recording
 from tracetool.cli.attach_cmd import live_config, live_options
-
-
-def _sampler_options(fn: Any) -> Any:
-    # one ``--<name>[=HZ]`` flag per registered sampler (collectors.record.SAMPLERS)
-    for name, spec in sorted(SAMPLERS.items(), reverse=True):
-        fn = click.option(f"--{name}", f"sampler_{name}", type=float, is_flag=False,
-                          flag_value=spec.default_hz, default=None, metavar="[=HZ]",
-                          help=f"{spec.help} Optional rate in Hz (default {spec.default_hz:g}).")(fn)
-    return fn
+from tracetool.cli.samplers import chosen_samplers, sampler_options
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
               help="Trace directory to write (created; must be empty unless --force).")
 @click.option("--force", is_flag=True, help="Replace the trace in a non-empty output directory.")
-@_sampler_options
+@sampler_options
 @live_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def record(output: Path, force: bool, command: tuple[str, ...], live: str | None, live_token: str | None,
@@ -45,6 +36,6 @@ def record(output: Path, force: bool, command: tuple[str, ...], live: str | None
     stdout is left alone. With --live HOST:PORT the program also streams its
     trace to `tracetool attach` viewers while it runs (docs/live.md).
     """
-    chosen = {k.removeprefix("sampler_"): v for k, v in samplers.items() if v is not None}
+    chosen = chosen_samplers(samplers)
     live_cfg = live_config(live, live_token, live_tls_cert, live_tls_key)
     return run_recording(list(command), output, force=force, samplers=chosen, live=live_cfg)

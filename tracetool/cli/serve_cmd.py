@@ -5,25 +5,13 @@ from __future__ import annotations
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import click
 
 from tracetool.cli.attach_cmd import live_config, live_options
 from tracetool.cli.common import emit_json, json_option, warn
+from tracetool.cli.samplers import chosen_samplers, sampler_options
 from tracetool.errors import UsageError
-
-
-def _sampler_options(fn: Any) -> Any:
-    # --<name>[=HZ] for each sampler registered in collectors.record.SAMPLERS (NVML, py-spy):
-    # they are wired in by their own modules and run inside the server (runner._start_samplers).
-    from collectors.record import SAMPLERS
-
-    for name, spec in sorted(SAMPLERS.items(), reverse=True):
-        fn = click.option(f"--{name}", f"sampler_{name}", type=float, is_flag=False,
-                          flag_value=spec.default_hz, default=None, metavar="[=HZ]",
-                          help=f"{spec.help} Optional rate in Hz (default {spec.default_hz:g}).")(fn)
-    return fn
 
 
 # -- serve ------------------------------------------------------------------------------------------
@@ -54,7 +42,7 @@ def _sampler_options(fn: Any) -> Any:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the demo model's weights.")
 @click.option("--graceful-timeout", type=click.FloatRange(0), default=5.0, show_default=True,
               help="Seconds running requests get to finish on SIGINT/SIGTERM.")
-@_sampler_options
+@sampler_options
 @live_options
 def serve(model_path: Path | None, output: Path | None, force: bool, host: str, port: int,
           served_model_name: str | None, max_batch: int, max_queue: int, max_prompt_tokens: int,
@@ -86,11 +74,7 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
 
     if not (device in ("auto", "cpu") or device.startswith("cuda")):
         raise UsageError(f"--device must be cpu, cuda, cuda:N or auto, not {device!r}")
-    from collectors.record import SAMPLERS
-
-    chosen = {k.removeprefix("sampler_"): v for k, v in samplers.items() if v is not None}
-    for name, hz in chosen.items():
-        SAMPLERS[name].check(name, hz)
+    chosen = chosen_samplers(samplers)
     live_cfg = live_config(live, live_token, live_tls_cert, live_tls_key)
     out = output or Path(tempfile.mkdtemp(prefix="tracetool-serve-"))
     limits = Limits(max_body_bytes=max_body_bytes, max_prompt_tokens=max_prompt_tokens,
