@@ -42,13 +42,16 @@ from tracetool.errors import UsageError
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the demo model's weights.")
 @click.option("--graceful-timeout", type=click.FloatRange(0), default=5.0, show_default=True,
               help="Seconds running requests get to finish on SIGINT/SIGTERM.")
+@click.option("--no-record", is_flag=True,
+              help="Collectors installed but switched off (nothing recorded): the baseline their cost is "
+                   "measured against (benchmarks/soak.py).")
 @sampler_options
 @live_options
 def serve(model_path: Path | None, output: Path | None, force: bool, host: str, port: int,
           served_model_name: str | None, max_batch: int, max_queue: int, max_prompt_tokens: int,
           max_output_tokens: int, max_body_bytes: int, device: str, threads: int | None, seed: int,
           graceful_timeout: float, live: str | None, live_token: str | None, live_tls_cert: Path | None,
-          live_tls_key: Path | None, **samplers: float | None) -> int:
+          live_tls_key: Path | None, no_record: bool, **samplers: float | None) -> int:
     """Run an OpenAI-compatible server with tracetool's collectors on.
 
     \b
@@ -83,7 +86,7 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
                       max_batch=max_batch, max_waiting=max_queue, limits=limits, device=device, seed=seed,
                       threads=threads,
                       graceful_s=graceful_timeout, force=force or output is None,
-                      samplers=chosen, live=live_cfg)
+                      samplers=chosen, live=live_cfg, record=not no_record)
     return run_server(cfg)
 
 

@@ -48,6 +48,9 @@ class ServeConfig:
     samplers: Mapping[str, float] = field(default_factory=dict)
     #: ``--live HOST:PORT``: a :class:`tracetool.live.config.LiveConfig` (None: off).
     live: Any = None
+    #: False (``--no-record``): the collectors are installed but switched off
+    #: (``Recorder(enabled=False)``): the baseline the recorder's cost is measured against.
+    record: bool = True
 
 
 def check_out(out: Path, force: bool) -> None:
@@ -175,7 +178,9 @@ def run_server(cfg: ServeConfig, on_ready: Callable[[str], None] | None = None) 
     meta = {"model": model_meta(model), "hardware": hardware_meta(cfg.device),
             "producer": {"name": "tracetool serve"},
             "serve": {"url": url, "served_model": served, "max_batch": cfg.max_batch}}
-    rec = Recorder(out, meta=meta, flush_interval_s=0.5, live=cfg.live).start()
+    rec = Recorder(out, meta=meta, flush_interval_s=0.5, live=cfg.live, enabled=cfg.record).start()
+    if not cfg.record:
+        rec.note("recording off (--no-record): the collectors were installed but switched off")
     rec.writer.sink("requests")
     rec.writer.sink("steps")
     engine = Engine(model, tok, rec, max_batch=cfg.max_batch, max_waiting=cfg.max_waiting)
