@@ -1,0 +1,362 @@
+"""Load and soak: `tracetool serve` under `tracetool probe` at concurrency 32, recording everything.
+
+Three servers of the demo model run side by side, each in its own process
+with one torch thread:
+
+* **ON**: the recorder, the NVML sampler at 10 Hz fed by the **scripted NVML
+  double** of ``tests/system/nvml_double.py`` (this machine has no GPU: its
+  rows are *not* real readings; the GPU is named ``SCRIPTED NVML DOUBLE``, no
+  hardware preset matches it, and ``meta.json`` carries a note saying so), and
+  the live endpoint with a ``tracetool attach --record`` viewer attached the
+  whole time;
+* **REC**: the recorder alone (no NVML, no live endpoint);
+* **OFF**: ``--no-record``: the same collectors installed but switched off.
+
+Phase 1, the soak: the probe keeps ``--concurrency`` requests in flight on ON
+for ``--minutes``; the server's RSS (and its live endpoint process's) is
+sampled every 2 s and fitted by least squares after a warm-up (the first
+fifth), giving the slope in MiB/min.
+
+Phase 2, the cost: ``--rounds`` rounds of one window of ``--window-requests``
+requests on each server, same load, in rotating order (each server goes first,
+middle and last equally often, so drift cancels); the ratios ON/OFF and
+REC/OFF of output tokens per second per round, with median and spread.
+
+At the end the servers get SIGTERM (traces closed), and the books are
+balanced: tokens the probe received from each server equal the tokens it says
+it generated, which equal the token rows in its trace plus the rows dropped
+(``meta.json``); the viewer's saved rows and the rows the stream dropped for
+it are reported.
+
+    python benchmarks/soak.py                          # 10 minutes, then 6 rounds of 128 requests
+    python benchmarks/soak.py --minutes 0.25 --rounds 1 --window-requests 32   # the smoke run (~1.5 min)
+
+Prints a summary and a Markdown block for ``benchmarks/RESULTS.md``.
+Exit 0 when the books balance and no row was lost uncounted; 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+DOUBLE_NAME = "SCRIPTED NVML DOUBLE (benchmarks/soak.py; not a GPU)"
+DOUBLE_NOTE = ("gpu: the rows of this trace come from a scripted NVML double (benchmarks/soak.py, "
+               "tests/system/nvml_double.py), not from a GPU: they are not real readings")
+
+
+# -- the server processes ------------------------------------------------------------------------------
+def start_nvml_double(rec: Any, hz: float, pid: int) -> Any:
+    """The ``--nvml`` sampler of the ON server, fed by the scripted double (a SamplerSpec target)."""
+    sys.path.insert(0, str(REPO / "tests" / "system"))
+    from nvml_double import GpuScript, ScriptedNvml
+
+    from collectors.nvml import NvmlSampler
+
+    rec.note(DOUBLE_NOTE)
+    return NvmlSampler(rec, hz, api=ScriptedNvml([GpuScript(name=DOUBLE_NAME)])).start()
+
+
+def serve_main(argv: list[str]) -> int:
+    """``soak.py _serve OUT on|rec|off``: one server, run in this process until SIGTERM."""
+    out, mode = Path(argv[0]), argv[1]
+    from collectors.record import SAMPLERS, SamplerSpec
+    from tracetool.live.config import LiveConfig
+    from tracetool.serving.runner import ServeConfig, run_server
+
+    samplers: dict[str, float] = {}
+    live = None
+    if mode == "on":  # everything: recorder, NVML (double), live endpoint
+        SAMPLERS["nvml"] = SamplerSpec("__main__:start_nvml_double", 10.0, "scripted NVML double (soak only)")
+        samplers = {"nvml": 10.0}
+        live = LiveConfig("127.0.0.1:0")
+    cfg = ServeConfig(out=out, port=0, threads=1, force=True, samplers=samplers, live=live, record=mode != "off")
+    return run_server(cfg)
+
+
+@dataclass
+class Server:
+    name: str
+    proc: subprocess.Popen[str]
+    url: str = ""
+    live: str = ""
+    generated: int | None = None
+    lines: list[str] = field(default_factory=list)
+    ready: threading.Event = field(default_factory=threading.Event)
+
+    def read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip())
+            if line.startswith("tracetool: serving "):
+                self.url = line.split()[2]
+                self.ready.set()
+            elif line.startswith("tracetool: live: streaming this trace on "):
+                self.live = line.split()[6]
+            elif "tokens generated)" in line:
+                self.generated = int(line.rsplit("(", 1)[1].split()[0])
+        self.ready.set()
+
+    def pids(self) -> list[int]:
+        """The server and its children (the live endpoint process)."""
+        kids = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == self.proc.pid:
+                    kids.append(int(stat.parent.name))
+            except (OSError, ValueError, IndexError):
+                continue
+        return [self.proc.pid, *kids]
+
+
+def launch(name: str, out: Path) -> Server:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, __file__, "_serve", str(out), name], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    s = Server(name, proc)
+    threading.Thread(target=s.read, daemon=True).start()
+    return s
+
+
+def rss_mib(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+class RssSampler:
+    """RSS of the ON server and of its live endpoint process, every ``every_s``."""
+
+    def __init__(self, server: Server, every_s: float = 2.0) -> None:
+        self.server = server
+        self.every_s = every_s
+        self.samples: list[tuple[float, float, float]] = []  # (t, server MiB, endpoint MiB)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.t0 = time.monotonic()
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.every_s):
+            pids = self.server.pids()
+            main = rss_mib(pids[0]) or 0.0
+            side = sum(rss_mib(p) or 0.0 for p in pids[1:])
+            self.samples.append((time.monotonic() - self.t0, main, side))
+
+
+def slope_mib_per_min(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (seconds, MiB), in MiB per minute."""
+    if len(points) < 3:
+        return float("nan")
+    xs = [p[0] / 60 for p in points]
+    ys = [p[1] for p in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    den = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / den if den else float("nan")
+
+
+# -- load ---------------------------------------------------------------------------------------------
+@dataclass
+class Window:
+    server: str
+    requests: int
+    failed: int
+    tokens: int
+    seconds: float
+
+    @property
+    def tok_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def probe(url: str, server: str, n: int, args: argparse.Namespace) -> Window:
+    from tracetool.serving.probe import ProbeConfig, run_probe
+
+    res = run_probe(ProbeConfig(url=url, n=n, concurrency=args.concurrency, prompt_tokens=args.prompt_tokens,
+                                max_tokens=args.max_tokens, ignore_eos=True, progress=False, timeout_s=600,
+                                seed=int(time.time())))
+    ok = [r for r in res.results if r.ok]
+    tokens = sum(r.output_tokens if r.output_tokens is not None else len(r.token_ns) for r in ok)
+    return Window(server, len(res.results), len(res.results) - len(ok), tokens, res.wall_s)
+
+
+def machine_load() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+# -- the run ------------------------------------------------------------------------------------------
+#: Window orders of the cost phase, cycled: every server goes first, middle and last equally often.
+ORDERS = [("on", "rec", "off"), ("off", "on", "rec"), ("rec", "off", "on"),
+          ("off", "rec", "on"), ("on", "off", "rec"), ("rec", "on", "off")]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--minutes", type=float, default=10.0, help="length of the soak phase on ON")
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=6, help="rounds of the cost phase (one window per server)")
+    ap.add_argument("--window-requests", type=int, default=128, help="requests per cost-phase window")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--prompt-tokens", type=int, default=64)
+    ap.add_argument("--out", type=Path, default=None, help="keep the traces here (default: a temp dir)")
+    args = ap.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="tracetool-soak-"))
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"soak: load average before {machine_load()}, {os.cpu_count()} CPUs; traces in {out}", flush=True)
+
+    servers = {name: launch(name, out / name) for name in ("on", "rec", "off")}
+    on = servers["on"]
+    viewer: subprocess.Popen[str] | None = None
+    windows: list[Window] = []
+    soak: list[Window] = []
+    rss = RssSampler(on)
+    try:
+        for s in servers.values():
+            if not s.ready.wait(300) or not s.url:
+                raise SystemExit(f"{s.name} server did not start:\n" + "\n".join(s.lines[-20:]))
+        viewer = subprocess.Popen([sys.executable, "-m", "tracetool", "attach", on.live, "--record",
+                                   str(out / "viewer"), "--force", "--duration", "86400", "--json"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=dict(os.environ, PYTHONPATH=str(REPO)))
+        for name, s in servers.items():  # warm each (first requests pay one-time costs)
+            windows.append(probe(s.url, name, args.concurrency, args))
+
+        rss.thread.start()
+        t_end = time.monotonic() + args.minutes * 60
+        while time.monotonic() < t_end:
+            soak.append(probe(on.url, "on", args.concurrency * 2, args))
+            print(f"soak: {time.monotonic() - rss.t0:6.0f} s  {soak[-1].tok_s:7.1f} tok/s  "
+                  f"server RSS {rss.samples[-1][1] if rss.samples else 0:.0f} MiB", flush=True)
+        rss.stop.set()
+        rss.thread.join()
+        windows += soak
+
+        for i in range(args.rounds):
+            got = {name: probe(servers[name].url, name, args.window_requests, args) for name in ORDERS[i % 6]}
+            windows += got.values()
+            print(f"cost: round {i + 1}: " + ", ".join(f"{n.upper()} {got[n].tok_s:.1f}" for n in ("on", "rec", "off"))
+                  + f" tok/s; ON/OFF {got['on'].tok_s / got['off'].tok_s:.3f}, "
+                  f"REC/OFF {got['rec'].tok_s / got['off'].tok_s:.3f}", flush=True)
+    finally:
+        rss.stop.set()
+        if viewer is not None and viewer.poll() is None:
+            viewer.send_signal(signal.SIGINT)  # the viewer saves its trace first (exit 130)
+        for s in servers.values():
+            if s.proc.poll() is None:
+                s.proc.send_signal(signal.SIGTERM)
+        for s in servers.values():
+            try:
+                s.proc.wait(120)
+            except subprocess.TimeoutExpired:
+                s.proc.kill()
+    view_out, _ = viewer.communicate(timeout=120) if viewer is not None else ("", "")
+    for s in servers.values():  # the stderr readers take the servers' last lines ("N tokens generated")
+        deadline = time.monotonic() + 10
+        while s.generated is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return report(args, out, servers, soak, windows, rss, view_out, viewer.returncode if viewer else None)
+
+
+def _ratio_line(name: str, ratios: list[float]) -> str:
+    if not ratios:
+        return f"{name}: no rounds"
+    sd = f" ± {statistics.stdev(ratios):.3f}" if len(ratios) > 1 else ""
+    return (f"{name}: median {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}; "
+            f"mean {statistics.fmean(ratios):.3f}{sd}) over {len(ratios)} rounds: "
+            + ", ".join(f"{r:.3f}" for r in ratios))
+
+
+def report(args: argparse.Namespace, out: Path, servers: dict[str, Server], soak: list[Window],
+           windows: list[Window], rss: RssSampler, view_out: str, view_rc: int | None) -> int:
+    from tracetool.reader import open_trace
+
+    on = servers["on"]
+    t = open_trace(out / "on", strict=True)
+    trace_tokens = t.rows("tokens")
+    dropped = {k: v for k, v in (t.meta.get("dropped_rows") or {}).items() if v}
+    notes = t.meta.get("notes") or []
+    errors = [n for n in notes if n.startswith("collector errors")]
+    live = t.meta.get("live") or {}
+    probe_tokens = {n: sum(w.tokens for w in windows if w.server == n) for n in servers}
+    failed = sum(w.failed for w in windows)
+    books = {n: servers[n].generated == probe_tokens[n] for n in servers}
+    on_books = on.generated is not None and trace_tokens + int(dropped.get("tokens", 0)) == on.generated
+    rec_trace = open_trace(out / "rec", strict=True)
+    rec_books = rec_trace.rows("tokens") + int((rec_trace.meta.get("dropped_rows") or {}).get("tokens", 0)) == \
+        servers["rec"].generated
+    ok = on_books and rec_books and all(books.values()) and not errors and failed == 0 and DOUBLE_NOTE in notes
+    try:
+        vdoc = json.loads(view_out) if view_out.strip() else {}
+    except ValueError:
+        vdoc = {}
+    vserver = (vdoc.get("servers") or [{}])[0]
+    vtrace = open_trace(out / "viewer") if (out / "viewer" / "meta.json").exists() else None
+    v_tokens = vtrace.rows("tokens") if vtrace is not None else 0
+    v_dropped = int((vserver.get("dropped_rows") or {}).get("tokens", 0)) if vserver else 0
+
+    warm = args.minutes * 60 * 0.2
+    slope = slope_mib_per_min([(s[0], s[1]) for s in rss.samples if s[0] >= warm])
+    side_slope = slope_mib_per_min([(s[0], s[2]) for s in rss.samples if s[0] >= warm])
+    first = next((s[1] for s in rss.samples if s[0] >= warm), float("nan"))
+    last = rss.samples[-1][1] if rss.samples else float("nan")
+    peak = max((s[1] for s in rss.samples), default=float("nan"))
+    side_last = rss.samples[-1][2] if rss.samples else float("nan")
+    rates = [w.tok_s for w in soak]
+    cost = [w for w in windows[len(servers) + len(soak):]]
+    by_round = [cost[i:i + 3] for i in range(0, len(cost), 3)]
+    on_off = [_rate(r, "on") / _rate(r, "off") for r in by_round]
+    rec_off = [_rate(r, "rec") / _rate(r, "off") for r in by_round]
+
+    lines = [
+        f"load average at the end: {machine_load()}",
+        f"soak: {args.minutes:g} min at concurrency {args.concurrency} on ON ({len(soak)} rounds, "
+        f"{sum(w.requests for w in soak):,} requests, {sum(w.tokens for w in soak):,} tokens); "
+        f"throughput {min(rates, default=0):.1f}-{max(rates, default=0):.1f} tok/s "
+        f"(median {statistics.median(rates) if rates else 0:.1f})",
+        f"failed requests: {failed} of {sum(w.requests for w in windows):,}",
+        f"ON trace: {trace_tokens:,} token rows; the server generated {on.generated:,}; the probe received "
+        f"{probe_tokens['on']:,}; dropped rows {dropped or 'none'}; collector errors {errors or 'none'}",
+        f"REC trace: {rec_trace.rows('tokens'):,} token rows; generated {servers['rec'].generated:,}; "
+        f"received {probe_tokens['rec']:,}",
+        f"ON live endpoint: viewers served {live.get('viewers_served')}, rows dropped for viewers "
+        f"{live.get('rows_dropped_for_viewers')}, before the endpoint {live.get('rows_dropped_before_endpoint')}",
+        f"viewer (attach --record): {v_tokens:,} token rows saved, {v_dropped:,} dropped by the stream for it "
+        f"(exit {view_rc}: stopped with Ctrl-C, trace saved)",
+        f"ON server RSS: {first:.0f} MiB after the warm-up fifth, {last:.0f} MiB at the end, peak {peak:.0f} MiB; "
+        f"slope {slope:+.2f} MiB/min; live endpoint process {side_last:.0f} MiB, slope {side_slope:+.2f} MiB/min",
+        _ratio_line("cost ON/OFF (recorder + NVML double + live viewer)", on_off),
+        _ratio_line("cost REC/OFF (recorder alone)", rec_off),
+    ]
+    print("\n".join(lines))
+    print(f"soak: {'OK' if ok else 'FAILED'} (books balance on every server, no failed request, "
+          "no collector error, the NVML double labelled)")
+    return 0 if ok else 1
+
+
+def _rate(rnd: list[Window], name: str) -> float:
+    return next(w.tok_s for w in rnd if w.server == name)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "_serve":
+        sys.exit(serve_main(sys.argv[2:]))
+    sys.exit(main())
