@@ -106,6 +106,11 @@ def run(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         _silence_stdout()
         return 0
+    except MemoryError as e:  # pyarrow's ArrowMemoryError too: a corrupt length or a decompression bomb
+        detail = " ".join(str(e).split())[:200]
+        print(f"tracetool: error: out of memory reading the input{f' ({detail})' if detail else ''}: "
+              "a corrupt length or a table far larger than this machine can hold", file=sys.stderr)
+        return EXIT_BAD_INPUT
     return int(rv or 0) if isinstance(rv, int) else 0
 
 
