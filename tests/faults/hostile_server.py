@@ -166,5 +166,9 @@ class HostileServer:
                               + b'data: {"choices": [], "usage": {"completion_tokens": 2}, "server_timing": '
                               + b'{"server": 1' + b"0" * 400 + b', "decode": 1e400, "queue": -1}}\n\n'
                               + b"data: [DONE]\n\n")
+        elif b == "secret-output":  # a well-behaved stream whose text must never reach a trace
+            await self._write(writer, SSE_HEAD + chunk("s3cr3t-") + chunk("0utput-") + chunk("t3xt")
+                              + b'data: {"choices": [], "usage": {"completion_tokens": 3, "prompt_tokens": 5}}\n\n'
+                              + b"data: [DONE]\n\n")
         else:
             raise AssertionError(f"unknown behaviour {b}")

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pyarrow as pa
 import pytest
 
 from tests.conftest import REPO
@@ -363,3 +364,74 @@ def test_demo_and_serve_processes_do_not_inherit_secrets_on_their_command_line(t
     assert "s3cret-token" not in argv_line and token_line == "s3cret-token"
     meta = json.loads((tmp_path / "t" / "meta.json").read_text())
     assert "s3cret-token" not in json.dumps(meta), "the token was written into the trace"
+
+
+# -- what a trace holds: no prompt or output text ---------------------------------------------------------
+SECRET_PROMPT = "zebra quartz saffron lantern 7781"
+
+
+def _strings_of(trace: Path) -> str:
+    """Every string value of every table (decompressed), and meta.json: what a trace gives away."""
+    from tracetool.reader import open_trace
+
+    t = open_trace(trace)
+    parts = [(trace / "meta.json").read_text()]
+    for table in t.tables.values():
+        for col in table.columns:
+            if col.type in (pa.string(), pa.large_string()):
+                parts += [v for v in col.to_pylist() if v]
+    return "\n".join(parts)
+
+
+def test_no_prompt_or_output_text_in_a_probe_trace(cli: Any, tmp_path: Path) -> None:
+    from tests.faults.hostile_server import HostileServer
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text(SECRET_PROMPT + "\n")
+    with HostileServer("secret-output") as srv:
+        r = cli("probe", srv.url, "-n", 2, "--prompt-file", prompts, "-q", "-o", tmp_path / "t")
+    assert r.code == 0, r.err
+    text = _strings_of(tmp_path / "t")
+    assert "s3cr3t" not in text and "0utput" not in text and "t3xt" not in text
+    assert "zebra" not in text and "7781" not in text
+    assert "prompts.txt" in text  # the prompt file's path is there (meta.json probe block): say so in the docs
+
+
+def test_no_prompt_or_output_text_in_a_server_or_generate_trace(tiny: tuple[Any, Any], tmp_path: Path) -> None:
+    import copy
+
+    import torch
+
+    from collectors import Recorder
+    from collectors.hf import instrument_hf, unwrap_generate, unwrap_tokenizer
+    from collectors.torch_hooks import uninstrument
+    from tests.faults.serve_app import App
+
+    app = App(tiny, tmp_path / "serve")
+    try:
+        body = {"model": "m", "max_tokens": 12, "temperature": 0, "ignore_eos": True}
+        a = httpx.post(f"{app.url}/completions", json={**body, "prompt": SECRET_PROMPT}, timeout=60)
+        c = httpx.post(f"{app.url}/chat/completions", timeout=60,
+                       json={**body, "messages": [{"role": "user", "content": SECRET_PROMPT}]})
+        assert a.status_code == c.status_code == 200
+        outputs = [a.json()["choices"][0]["text"], c.json()["choices"][0]["message"]["content"]]
+    finally:
+        app.close()
+    model, tok = copy.deepcopy(tiny[0]), copy.deepcopy(tiny[1])
+    rec = Recorder(tmp_path / "hf").start()
+    instrument_hf(model, tok, rec)
+    try:
+        with torch.inference_mode():
+            enc = tok([SECRET_PROMPT], return_tensors="pt")
+            out = model.generate(**enc, max_new_tokens=12, min_new_tokens=12, do_sample=False)
+        outputs += tok.batch_decode(out[:, enc["input_ids"].shape[1]:])
+    finally:
+        rec.close()
+        unwrap_generate(model)
+        unwrap_tokenizer(tok)
+        uninstrument(model)
+    for trace in (tmp_path / "serve", tmp_path / "hf"):
+        text = _strings_of(trace)
+        assert "zebra" not in text and "saffron" not in text and "7781" not in text, trace
+        for o in outputs:
+            assert len(o.strip()) < 8 or o.strip() not in text, (trace, o)

@@ -16,11 +16,8 @@ count the error, and ``meta.json`` must say ``collector errors: N``.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import sys
-import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +32,7 @@ import collectors.hf.tokenizer as hf_tokenizer
 from collectors import Recorder
 from collectors.hf import instrument_hf, unwrap_generate, unwrap_tokenizer
 from collectors.torch_hooks import HookHandle, instrument, uninstrument
+from tests.faults.serve_app import App
 from tracetool.reader import open_trace
 
 PROMPTS = ["The keeper wrote the time", "Bread"]
@@ -125,37 +123,6 @@ SERVE_POINTS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
         asgi.Recorder, "add_span", _only_in("end", asgi.Recorder.add_span, "request end")),
     "engine: step of a token": lambda mp: mp.setattr(HookHandle, "steps", boom("engine step lookup")),
 }
-
-
-class App:
-    """``tracetool serve``'s app (engine, recorder, middleware) on a real uvicorn in a thread."""
-
-    def __init__(self, tiny: tuple[Any, Any], out: Path) -> None:
-        import uvicorn
-
-        from tracetool.serving.engine import Engine
-        from tracetool.serving.openai_api import Limits
-        from tracetool.serving.server import ServerState, build_app
-
-        model, tok = copy.deepcopy(tiny[0]), tiny[1]
-        self.rec = Recorder(out).start()
-        self.engine = Engine(model, tok, self.rec, max_batch=4).start()
-        state = ServerState(self.engine, self.rec, "m", 2048, Limits())
-        config = uvicorn.Config(build_app(state), host="127.0.0.1", port=0, log_level="critical", lifespan="off")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve()), daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started and time.monotonic() < deadline and self.thread.is_alive():
-            time.sleep(0.01)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}/v1"
-
-    def close(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.engine.close()
-        self.rec.close()
 
 
 def _ask(url: str) -> tuple[str, str]:
