@@ -153,6 +153,7 @@ class RssSampler:
         self.t0 = time.monotonic()
 
     def _run(self) -> None:
+        self.t0 = time.monotonic()  # the soak phase starts now (server start-up is not in the fit)
         while not self.stop.wait(self.every_s):
             pids = self.server.pids()
             main = rss_mib(pids[0]) or 0.0
