@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,20 @@ import pytest
 from tracetool.cli import main as cli_main
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tokenizer_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Tests (and the processes they start) never write the user's ~/.cache: the demo tokenizer
+    is built once per session into a temporary ``TRACETOOL_CACHE``."""
+    path = tmp_path_factory.mktemp("tracetool-cache")
+    old = os.environ.get("TRACETOOL_CACHE")
+    os.environ["TRACETOOL_CACHE"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("TRACETOOL_CACHE", None)
+    else:
+        os.environ["TRACETOOL_CACHE"] = old
 
 
 def write_table(path: Path, table: pa.Table, kind: str) -> None:

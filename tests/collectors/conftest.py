@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,19 +14,6 @@ from tracetool.reader import Trace, open_trace
 #: A demo Llama small enough that a test generate takes milliseconds.
 TINY = {"hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2,
         "head_dim": 32, "intermediate_size": 128}
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _tokenizer_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Tests never write the user's ~/.cache: the demo tokenizer is cached in a session tmp dir."""
-    path = tmp_path_factory.mktemp("tracetool-cache")
-    old = os.environ.get("TRACETOOL_CACHE")
-    os.environ["TRACETOOL_CACHE"] = str(path)
-    yield path
-    if old is None:
-        os.environ.pop("TRACETOOL_CACHE", None)
-    else:
-        os.environ["TRACETOOL_CACHE"] = old
 
 
 @pytest.fixture(scope="session")

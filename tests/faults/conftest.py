@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,19 +11,6 @@ from tracetool import notices
 #: A demo Llama small enough that a generate takes milliseconds.
 TINY = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 2,
         "head_dim": 32, "intermediate_size": 128}
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _tokenizer_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Tests (and the servers they start) never write the user's ~/.cache."""
-    path = tmp_path_factory.mktemp("tracetool-cache")
-    old = os.environ.get("TRACETOOL_CACHE")
-    os.environ["TRACETOOL_CACHE"] = str(path)
-    yield path
-    if old is None:
-        os.environ.pop("TRACETOOL_CACHE", None)
-    else:
-        os.environ["TRACETOOL_CACHE"] = old
 
 
 @pytest.fixture(autouse=True)

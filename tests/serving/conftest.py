@@ -7,7 +7,6 @@ every child process is stopped (SIGTERM, then SIGKILL) in teardown.
 
 from __future__ import annotations
 
-import os
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -22,19 +21,6 @@ from tracetool.reader import Trace
 from tracetool.serving.demo import server_process
 
 MODEL = "tracetool-demo-llama"
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _tokenizer_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Tests (and the servers they start) never write the user's ~/.cache."""
-    path = tmp_path_factory.mktemp("tracetool-cache")
-    old = os.environ.get("TRACETOOL_CACHE")
-    os.environ["TRACETOOL_CACHE"] = str(path)
-    yield path
-    if old is None:
-        os.environ.pop("TRACETOOL_CACHE", None)
-    else:
-        os.environ["TRACETOOL_CACHE"] = old
 
 
 def wait_ready(base_url: str, timeout_s: float = 60.0) -> None:
