@@ -208,7 +208,9 @@ class ServerConnection:
         try:
             try:
                 res = client.do_action(flight.Action("hello", b""), self._call(self.options.connect_timeout_s))
-                hello = dict(json.loads(next(iter(res)).body.to_pybytes()))
+                hello = json.loads(next(iter(res)).body.to_pybytes())
+                if not isinstance(hello, dict):
+                    raise ValueError(f"the server's hello is not a JSON object ({type(hello).__name__})")
             except flight.FlightUnauthenticatedError as e:
                 self._set(REFUSED, _short(e, refused=True))
                 return "refused"
