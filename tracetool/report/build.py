@@ -92,10 +92,13 @@ def samples_of(a: Any) -> dict[str, Sample]:
     ITL: one value per token gap of successful requests (``tokens_gaps``), each
     tagged with its request so the bootstrap resamples requests, not tokens.
     """
+    # In a fixed order: the analyzers' tables come in DuckDB's parallel order, and the seeded
+    # bootstrap resamples by position, so an unordered input would move its intervals run to run.
     req: pa.Table = a.table("attribution_requests")
-    req = req.filter(pc.equal(req["ok"], True))
+    req = req.filter(pc.equal(req["ok"], True)).sort_by([("trace", "ascending"), ("request_id", "ascending")])
     out = {m: Sample.of(_floats(req[f"{m}_ms"])) for m in ("ttft", "tpot", "e2e")}
-    gaps = a.query("SELECT request_key, itl_ms FROM tokens_gaps WHERE NOT failed")
+    gaps = a.query("SELECT request_key, itl_ms FROM tokens_gaps WHERE NOT failed "
+                   "ORDER BY trace, request_id, index")
     out["itl"] = Sample.of(_floats(gaps["itl_ms"]), gaps["request_key"].to_numpy())
     return {m: out[m] for m in METRICS}
 
