@@ -29,8 +29,16 @@ def probe(url: str, out: Path, n: int = 6, max_tokens: int = 8) -> None:
 
 
 def wait_for_ids(path: Path, ids: set[str], timeout_s: float = 30.0) -> None:
+    """Until the running server's trace holds each request's row and its server.request span
+    (the span ends after the last byte is sent, so it can land after the client is done)."""
+
+    def done() -> set[str]:
+        t = open_trace(path)
+        spans = {r["request_id"] for r in t.table("spans").to_pylist() if r["name"] == "server.request"}
+        return set(t.table("requests").column("request_id").to_pylist()) & spans
+
     deadline = time.monotonic() + timeout_s
-    while not ids <= set(open_trace(path).table("requests").column("request_id").to_pylist()):
+    while not ids <= done():
         assert time.monotonic() < deadline, "the server trace never got the requests"
         time.sleep(0.1)
 
