@@ -199,6 +199,8 @@ class PackedSink(Sink):
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def _strings(self, codes: np.ndarray) -> pa.Array:
+        if len(codes) <= SMALL_STRING_ROWS:  # a small flush: a Python lookup beats the kernels' fixed cost
+            return pa.array(self.interner.lookup(codes.tolist()), pa.string())
         # hash-encode the codes in C++, then look up only the distinct ones in Python
         null = codes == INT_NULL
         encoded = pa.array(codes, pa.int64(), mask=null if null.any() else None).dictionary_encode()
@@ -255,19 +257,20 @@ def _coerce(v: Any, kind: str) -> Any:
 
 
 _INT_RANGES = {bits: (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) for bits in (8, 16, 32, 64)}
+_NP_INTS = {8: np.int8, 16: np.int16, 32: np.int32}
+#: String columns of at most this many rows are looked up row by row (see PackedSink._strings).
+SMALL_STRING_ROWS = 512
 
 
 def _int_array(values: np.ndarray, type_: pa.DataType) -> pa.Array:
     null = values == INT_NULL
-    arr = pa.array(values, pa.int64(), mask=null if null.any() else None)
     if type_ == pa.int64():
-        return arr
+        return pa.array(values, pa.int64(), mask=null if null.any() else None)
     lo, hi = _INT_RANGES[type_.bit_width]
-    out_of_range = (values < lo) | (values > hi)
-    out_of_range &= ~null
-    if out_of_range.any():  # a value that does not fit becomes null, not a wrapped number
-        arr = pa.array(values, pa.int64(), mask=null | out_of_range)
-    return arr.cast(type_)
+    # a value that does not fit becomes null, not a wrapped number; narrowed in numpy (an
+    # Arrow cast kernel costs ~50 µs per call even on a few rows)
+    invalid = null | (values < lo) | (values > hi)
+    return pa.array(values.astype(_NP_INTS[type_.bit_width]), type_, mask=invalid if invalid.any() else None)
 
 
 def _warm_up() -> None:
@@ -330,16 +333,55 @@ class _Parts:
         return out
 
 
+#: Batches with fewer rows are written uncompressed: LZ4 frames cost ~100 µs per batch whatever
+#: its size (one frame per buffer), which is most of a small flush's cost (a live recording
+#: flushes ten times a second) and saves a few KB. Larger batches compress (smaller and faster
+#: to write). Compression is per batch in the IPC format, so a stream may mix both.
+COMPRESS_MIN_ROWS = 1024
+_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+
+
+class _BatchEncoder:
+    """Encodes record batches as IPC messages (no schema message) with one compression setting."""
+
+    def __init__(self, schema: pa.Schema, head: bytes, compression: str | None) -> None:
+        self._parts = _Parts()
+        self._head = head
+        self._first = True
+        options = pa.ipc.IpcWriteOptions(compression=compression)
+        self._writer = pa.ipc.new_stream(pa.PythonFile(self._parts, mode="w"), schema, options=options)
+
+    def encode(self, batch: pa.RecordBatch) -> bytes:
+        self._writer.write_batch(batch)
+        data = self._parts.take()
+        if self._first:  # the schema message is written once, by the file
+            self._first = False
+            if not data.startswith(self._head):
+                raise ValueError("unexpected IPC schema message")
+            data = data[len(self._head):]
+        return data
+
+
 class _StreamFile:
-    """One Arrow IPC stream file being appended to, one complete message per write."""
+    """One Arrow IPC stream file being appended to, one complete message per write.
+
+    The schema message is written when the file is created, so even a killed
+    process leaves a readable (empty) table; each batch is then one ``os.write``.
+    """
 
     def __init__(self, path: Path, schema: pa.Schema, compression: str | None) -> None:
         self.path = path
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.bytes = 0
-        self._parts = _Parts()
-        options = pa.ipc.IpcWriteOptions(compression=compression)
-        self._writer = pa.ipc.new_stream(pa.PythonFile(self._parts, mode="w"), schema, options=options)
+        self.schema = schema
+        self.compression = compression
+        self._head = schema.serialize().to_pybytes()
+        self._encoders: dict[str | None, _BatchEncoder] = {}
+        try:
+            self._write(self._head)
+        except OSError:
+            os.close(self.fd)
+            raise
 
     def _write(self, data: bytes) -> None:
         start = self.bytes
@@ -364,13 +406,15 @@ class _StreamFile:
         os.close(self.fd)
 
     def write_batch(self, batch: pa.RecordBatch) -> None:
-        self._writer.write_batch(batch)
-        self._write(self._parts.take())
+        comp = self.compression if batch.num_rows >= COMPRESS_MIN_ROWS else None
+        enc = self._encoders.get(comp)
+        if enc is None:
+            enc = self._encoders[comp] = _BatchEncoder(self.schema, self._head, comp)
+        self._write(enc.encode(batch))
 
     def close(self, fsync: bool = True) -> None:
         try:
-            self._writer.close()  # the schema (if no batch came) and the end-of-stream marker
-            self._write(self._parts.take())
+            self._write(_EOS)  # the end-of-stream marker
             if fsync:
                 os.fsync(self.fd)
         finally:
@@ -391,8 +435,9 @@ class TraceWriter:
         max_pending_rows: per table; beyond it rows are dropped and counted.
         segment_bytes: start a new segment file once a file grows past this.
         declare: tables to create even when they get no rows ("recorded, empty").
-        compression: Arrow IPC buffer compression, ``"lz4"`` (default: ~5x smaller
-            files and faster than uncompressed here), ``"zstd"`` or None.
+        compression: Arrow IPC buffer compression of batches of ``COMPRESS_MIN_ROWS`` rows or
+            more, ``"lz4"`` (default: ~5x smaller files and faster than uncompressed here),
+            ``"zstd"`` or None; smaller batches are written uncompressed.
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, meta: Mapping[str, Any] | None = None,

@@ -103,3 +103,26 @@ def test_tables_register_in_duckdb_without_copies(tmp_path: Path) -> None:
     assert {"tokens", "spans", "gpu"} <= set(names)
     assert con.execute("select count(*), max(kv_len) from tokens").fetchone() == (1000, 999)
     assert con.execute("select count(*) from gpu").fetchone() == (0,), "unrecorded tables are empty, not missing"
+
+
+def test_small_batches_uncompressed_large_ones_lz4_in_one_stream(tmp_path: Path) -> None:
+    """Small flushes (a live recording's) skip LZ4's per-buffer cost; big ones compress; one stream."""
+    from tracetool.writer import COMPRESS_MIN_ROWS
+
+    big = COMPRESS_MIN_ROWS * 4
+    with TraceWriter(tmp_path) as w:
+        sink = w.sink("tokens")
+        for i in range(10):
+            sink.append(("small", i, 1_000 + i, i, None, None, 1, None, None))
+        w.flush()
+        for i in range(big):
+            sink.append(("big", i, 5_000 + i, i % 100, None, None, 1, None, None))
+        w.flush()
+    raw = (tmp_path / "tokens.arrows").read_bytes()
+    with pa.ipc.open_stream(raw) as r:
+        batches = list(r)
+    assert [b.num_rows for b in batches] == [10, big]
+    t = open_trace(tmp_path, strict=True).table("tokens")
+    assert t.column("index").to_pylist() == list(range(10)) + list(range(big))
+    # the big batch went through LZ4: far smaller than its raw buffers
+    assert len(raw) < batches[1].nbytes / 2
