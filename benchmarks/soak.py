@@ -180,10 +180,29 @@ class Window:
     failed: int
     tokens: int
     seconds: float
+    #: CPU seconds the server's processes (server and live endpoint) used during the window.
+    cpu_s: float = 0.0
 
     @property
     def tok_s(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def cpu_ms_per_token(self) -> float:
+        return 1000 * self.cpu_s / self.tokens if self.tokens else float("nan")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of these processes so far (``/proc/PID/stat`` utime, stime)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / tick
 
 
 def probe(url: str, server: str, n: int, args: argparse.Namespace) -> Window:
@@ -252,11 +271,16 @@ def main() -> int:
         windows += soak
 
         for i in range(args.rounds):
-            got = {name: probe(servers[name].url, name, args.window_requests, args) for name in ORDERS[i % 6]}
+            got = {}
+            for name in ORDERS[i % 6]:
+                c0 = cpu_seconds(servers[name].pids())
+                got[name] = probe(servers[name].url, name, args.window_requests, args)
+                got[name].cpu_s = cpu_seconds(servers[name].pids()) - c0
             windows += got.values()
             print(f"cost: round {i + 1}: " + ", ".join(f"{n.upper()} {got[n].tok_s:.1f}" for n in ("on", "rec", "off"))
                   + f" tok/s; ON/OFF {got['on'].tok_s / got['off'].tok_s:.3f}, "
-                  f"REC/OFF {got['rec'].tok_s / got['off'].tok_s:.3f}", flush=True)
+                  f"REC/OFF {got['rec'].tok_s / got['off'].tok_s:.3f}; server CPU ms/token "
+                  + ", ".join(f"{n.upper()} {got[n].cpu_ms_per_token:.2f}" for n in ("on", "rec", "off")), flush=True)
     finally:
         rss.stop.set()
         if viewer is not None and viewer.poll() is None:
@@ -326,6 +350,9 @@ def report(args: argparse.Namespace, out: Path, servers: dict[str, Server], soak
     by_round = [cost[i:i + 3] for i in range(0, len(cost), 3)]
     on_off = [_rate(r, "on") / _rate(r, "off") for r in by_round]
     rec_off = [_rate(r, "rec") / _rate(r, "off") for r in by_round]
+    cpu = {n: [_cpu(r, n) for r in by_round] for n in ("on", "rec", "off")}
+    cpu_on = [_cpu(r, "on") / _cpu(r, "off") for r in by_round]
+    cpu_rec = [_cpu(r, "rec") / _cpu(r, "off") for r in by_round]
 
     lines = [
         f"load average at the end: {machine_load()}",
@@ -346,6 +373,10 @@ def report(args: argparse.Namespace, out: Path, servers: dict[str, Server], soak
         f"slope {slope:+.2f} MiB/min; live endpoint process {side_last:.0f} MiB, slope {side_slope:+.2f} MiB/min",
         _ratio_line("cost ON/OFF (recorder + NVML double + live viewer)", on_off),
         _ratio_line("cost REC/OFF (recorder alone)", rec_off),
+        "server CPU per token (server + live endpoint processes; steadier than throughput on a shared "
+        "machine): median " + ", ".join(f"{n.upper()} {statistics.median(v):.3f} ms" for n, v in cpu.items() if v),
+        _ratio_line("CPU per token ON/OFF", cpu_on),
+        _ratio_line("CPU per token REC/OFF", cpu_rec),
     ]
     print("\n".join(lines))
     print(f"soak: {'OK' if ok else 'FAILED'} (books balance on every server, no failed request, "
@@ -355,6 +386,10 @@ def report(args: argparse.Namespace, out: Path, servers: dict[str, Server], soak
 
 def _rate(rnd: list[Window], name: str) -> float:
     return next(w.tok_s for w in rnd if w.server == name)
+
+
+def _cpu(rnd: list[Window], name: str) -> float:
+    return next(w.cpu_ms_per_token for w in rnd if w.server == name)
 
 
 if __name__ == "__main__":
