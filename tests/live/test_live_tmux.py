@@ -8,55 +8,30 @@ offers no event to await), with generous deadlines for a loaded machine.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from live_helpers import free_port
 
+from tests.terminal import DEADLINE_S, Tmux, tmux_server
 from tracetool.serving.demo import server_process
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")]
 
-DEADLINE_S = 90.0
 TOKENS_RE = re.compile(r"connected · ([\d,]+) tokens")
-
-
-class Tmux:
-    def __init__(self, socket: str) -> None:
-        self.socket = socket
-
-    def run(self, *args: str) -> str:
-        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True,
-                              check=True, env=env).stdout
-
-    def pane(self) -> str:
-        return self.run("capture-pane", "-p", "-t", "live")
-
-    def wait_for(self, test: Callable[[str], bool], what: str) -> str:
-        end = time.monotonic() + DEADLINE_S
-        text = ""
-        while time.monotonic() < end:
-            text = self.pane()
-            if test(text):
-                return text
-            time.sleep(0.1)
-        raise AssertionError(f"timed out waiting for {what}; the pane shows:\n{text}")
 
 
 @pytest.fixture
 def tmux() -> Iterator[Tmux]:
-    t = Tmux(f"tracetool-live-test-{os.getpid()}")
-    yield t
-    subprocess.run(["tmux", "-L", t.socket, "kill-server"], capture_output=True)
+    with tmux_server("tracetool-live-test", "live") as t:
+        yield t
 
 
 def _tokens(text: str) -> int:
@@ -79,7 +54,7 @@ def test_attach_in_a_real_terminal_watches_tokens_grow(tmux: Tmux, tmp_path: Pat
             assert _tokens(second) > _tokens(first)
             analysed = tmux.wait_for(lambda t: "requests" in t.splitlines()[0], "the analysed overview")
             assert f"127.0.0.1:{port}" in analysed.splitlines()[0] and "bottleneck" in analysed
-            tmux.run("send-keys", "-t", "live", "q")
+            tmux.keys("q")
             end = time.monotonic() + DEADLINE_S
             while not status.exists() or not status.read_text().strip():
                 assert time.monotonic() < end, "tracetool attach did not exit on q"

@@ -7,56 +7,24 @@ offers no event to await), with a generous deadline for a loaded machine.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.terminal import DEADLINE_S, Tmux, tmux_server
+
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")]
 
-DEADLINE_S = 90.0
-
-
-class Tmux:
-    def __init__(self, socket: str) -> None:
-        self.socket = socket
-
-    def run(self, *args: str) -> str:
-        # pytest exports COLUMNS/LINES (80x24); the app would size itself by them, not by the pane.
-        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True,
-                              check=True, env=env).stdout
-
-    def pane(self) -> str:
-        return self.run("capture-pane", "-p", "-t", "tui")
-
-    def keys(self, *keys: str) -> None:
-        for k in keys:
-            self.run("send-keys", "-t", "tui", k)
-
-    def wait_for(self, what: Callable[[str], bool] | str, deadline: float = DEADLINE_S) -> str:
-        test = (lambda text: what in text) if isinstance(what, str) else what
-        end = time.monotonic() + deadline
-        text = ""
-        while time.monotonic() < end:
-            text = self.pane()
-            if test(text):
-                return text
-            time.sleep(0.1)
-        raise AssertionError(f"timed out waiting for {what!r}; the pane shows:\n{text}")
-
 
 @pytest.fixture
-def tmux() -> Tmux:
-    t = Tmux(f"tracetool-test-{os.getpid()}")
-    yield t
-    subprocess.run(["tmux", "-L", t.socket, "kill-server"], capture_output=True)
+def tmux() -> Iterator[Tmux]:
+    with tmux_server("tracetool-test", "tui") as t:
+        yield t
 
 
 def test_tui_in_a_real_terminal(tmux: Tmux, chat: Path, tmp_path: Path) -> None:

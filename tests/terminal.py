@@ -1,0 +1,55 @@
+"""A real terminal for tests: a private tmux server, one session, keys in, the pane's text out."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+DEADLINE_S = 90.0
+
+
+class Tmux:
+    """A tmux server on its own socket (``-L``), driving the session named ``target``."""
+
+    def __init__(self, socket: str, target: str) -> None:
+        self.socket = socket
+        self.target = target
+
+    def run(self, *args: str) -> str:
+        # pytest exports COLUMNS/LINES (80x24); the app would size itself by them, not by the pane.
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True,
+                              check=True, env=env).stdout
+
+    def pane(self) -> str:
+        return self.run("capture-pane", "-p", "-t", self.target)
+
+    def keys(self, *keys: str) -> None:
+        for k in keys:
+            self.run("send-keys", "-t", self.target, k)
+
+    def wait_for(self, what: Callable[[str], bool] | str, description: str | None = None,
+                 deadline: float = DEADLINE_S) -> str:
+        """Poll the pane until ``what`` (a text it contains, or a test) holds; the pane's text."""
+        test = (lambda text: what in text) if isinstance(what, str) else what
+        end = time.monotonic() + deadline
+        text = ""
+        while time.monotonic() < end:
+            text = self.pane()
+            if test(text):
+                return text
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {description or what!r}; the pane shows:\n{text}")
+
+
+@contextmanager
+def tmux_server(name: str, target: str) -> Iterator[Tmux]:
+    """A :class:`Tmux` whose server is killed afterwards, whatever happened."""
+    t = Tmux(f"{name}-{os.getpid()}", target)
+    try:
+        yield t
+    finally:
+        subprocess.run(["tmux", "-L", t.socket, "kill-server"], capture_output=True)
