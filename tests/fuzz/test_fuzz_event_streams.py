@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -165,3 +166,27 @@ def test_probe_over_a_socket(data: bytes) -> None:
         assert_clean(r, allowed=(0,))
         assert open_trace(Path(tmp) / "t", strict=True).rows("requests") == 1
     tried("event streams (socket)")
+
+
+@pytest.mark.parametrize("timing", [
+    {"server": 1.797693134862316e+302},  # finite, but x1e6 ns is infinity: was an OverflowError traceback
+    {"queue": 9223372036854775808, "server": 0},  # 2**63 ms: a span out of int64 range, a lost row
+    {"server": 2e9, "decode": 1e9 + 1},
+])
+def test_absurd_but_finite_server_timing_is_no_timing(timing: dict[str, float]) -> None:
+    """Found by the random campaign (TRACETOOL_FUZZ_RANDOM=1, 2,000 examples)."""
+    data = (b'data: {"choices": [{"index": 0, "delta": {"content": "a"}}]}\n\n'
+            + f'data: {json.dumps({"choices": [], "server_timing": timing})}\n\n'.encode() + b"data: [DONE]\n\n")
+    prober = Prober(ProbeConfig(url="http://127.0.0.1:9/v1", progress=False))
+    r = RequestResult(0, "r0", 10, start_ns=1_000_000, end_ns=0)
+    parser = SSEParser()
+    for event in [*parser.feed(data), *parser.close()]:
+        prober._on_event(r, event, 2_000_000)
+    r.end_ns = 3_000_000
+    assert r.server_timing is None or all(v <= 1e9 for v in r.server_timing.values())
+    with tempfile.TemporaryDirectory(prefix="tracetool-fuzz-") as tmp:
+        rec = Recorder(Path(tmp) / "t").start()
+        write_request(rec, r)
+        rec.close()
+        assert rec.errors == 0
+        assert open_trace(Path(tmp) / "t", strict=True).rows("tokens") == 1

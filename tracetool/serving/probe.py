@@ -42,7 +42,7 @@ from typing import Any
 from tracetool.errors import BadInput, UsageError
 from tracetool.notices import say_once
 from tracetool.serving.probe_trace import write_request
-from tracetool.serving.sse import MalformedStream, SSEParser, parse_server_timing
+from tracetool.serving.sse import MAX_DURATION_MS, MalformedStream, SSEParser, parse_server_timing
 
 #: Most of an error body or model list read: enough for any message, bounded against endless bodies.
 MAX_BODY_BYTES = 1 << 20
@@ -463,14 +463,14 @@ def _count(v: Any) -> int | None:
 
 
 def _duration_ms(v: Any) -> float | None:
-    """A server-reported duration in ms when it is a finite number >= 0, else None."""
+    """A server-reported duration in ms when it is a number in [0, MAX_DURATION_MS], else None."""
     if not isinstance(v, (int, float)) or isinstance(v, bool):
         return None
     try:
         ms = float(v)
     except OverflowError:  # a JSON integer with hundreds of digits
         return None
-    return ms if math.isfinite(ms) and ms >= 0 else None
+    return ms if math.isfinite(ms) and 0 <= ms <= MAX_DURATION_MS else None
 
 
 def _error_message(raw: bytes) -> str:

@@ -99,6 +99,9 @@ def _next_eol(buf: bytes, start: int) -> int:
     return min(a, b)
 
 
+#: Longest duration taken as a timing (about 11.6 days, in ms): beyond it a reported number is
+#: no timing (and its nanoseconds would not fit a trace's int64 columns).
+MAX_DURATION_MS = 1e9
 _METRIC_RE = re.compile(r"^\s*([!#$%&'*+\-.^_`|~0-9A-Za-z]+)\s*(.*)$")
 _DUR_RE = re.compile(r"(?:^|;)\s*dur\s*=\s*\"?([0-9.eE+\-]+)\"?")
 
@@ -121,6 +124,6 @@ def parse_server_timing(value: str) -> dict[str, float]:
             ms = float(d.group(1))
         except ValueError:
             continue
-        if math.isfinite(ms) and ms >= 0:  # "dur=1e999" or a negative duration is no timing
+        if math.isfinite(ms) and 0 <= ms <= MAX_DURATION_MS:  # "dur=1e999" or "dur=-1" is no timing
             out[name] = ms
     return out
