@@ -135,3 +135,41 @@ def test_live_source_snapshot_against_a_hostile_server(case: tuple[bytes, dict[s
     finally:
         source.close()
     tried("live stream (viewer source)")
+
+
+def test_rows_that_break_the_row_rules_are_dropped_and_counted_not_saved() -> None:
+    """Found by the random campaign: a server streaming a span with null required columns made
+    ``attach --record`` save an invalid trace. Each row rule in turn, beside good rows."""
+    from tracetool.reader import open_trace
+    from tracetool.schema import TABLES
+
+    def batch(table: str, rows: list[dict[str, Any]]) -> tuple[pa.Schema, list[tuple[pa.RecordBatch, bytes]]]:
+        schema = TABLES[table].arrow_schema
+        schema = pa.schema([f.with_nullable(True) for f in schema])
+        t = pa.Table.from_pylist(rows, schema=schema)
+        return schema, [(b, b'{"seq": 0, "dropped": 0}') for b in t.to_batches()]
+
+    good_span = {"request_id": "r", "name": "decode", "start_ns": 1, "end_ns": 2, "clock": "server"}
+    spans = [good_span, {**good_span, "request_id": None}, {**good_span, "end_ns": 0},
+             {**good_span, "clock": "mars"}, {**good_span, "name": None, "start_ns": None}]
+    good_token = {"request_id": "r", "index": 0, "emit_ns": 5}
+    tokens = [good_token, {**good_token, "index": -1}, {**good_token, "emit_ns": None}]
+    srv = _server()
+    with srv.lock:
+        meta = {k: v for k, v in HELLO["meta"].items() if k != "dropped_rows"}  # count only ours
+        srv.hello = json.dumps({**HELLO, "instance": "rules", "meta": meta}).encode()
+        srv.streams = {"spans": batch("spans", spans), "tokens": batch("tokens", tokens)}
+    try:
+        with tempfile.TemporaryDirectory(prefix="tracetool-fuzz-") as tmp:
+            out = Path(tmp) / "t"
+            r = run_cli("attach", f"127.0.0.1:{srv.port}", "--record", out, "--duration", "2",
+                        "--connect-timeout", "5")
+            assert_clean(r, allowed=(0,))
+            assert_clean(run_cli("validate", out), allowed=(0,))
+            t = open_trace(out, strict=True)
+            assert t.rows("spans") == 1 and t.rows("tokens") == 1
+            assert t.meta["dropped_rows"].get("spans") == 4 and t.meta["dropped_rows"].get("tokens") == 2
+            assert any("break the v1 row rules" in n for n in t.meta["notes"])
+    finally:
+        with srv.lock:
+            srv.hello, srv.streams = b"{}", {}

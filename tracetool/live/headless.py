@@ -24,11 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tracetool.errors import BadInput, UsageError
 from tracetool.live.client import ClientOptions, ServerConnection
 from tracetool.live.protocol import Address
 from tracetool.meta import check_meta, read_meta, write_meta
+from tracetool.schema import CLOCKS, TABLES
 from tracetool.writer import TraceWriter
 
 #: meta.json fields the writer of the copy owns (the server's values are not copied).
@@ -71,6 +73,7 @@ class _Recorder:
                                   flush_interval_s=0.5)
         self.server_meta: dict[str, Any] = {}
         self.instances: list[str] = []
+        self.broken_rows = 0
         self.conn = ServerConnection(address, self._hello, self._batch, options)
 
     def _hello(self, conn: ServerConnection, hello: dict[str, Any], new: bool) -> None:
@@ -87,7 +90,51 @@ class _Recorder:
             self.instances.append(str(hello.get("instance")))
 
     def _batch(self, conn: ServerConnection, table: str, batch: pa.RecordBatch) -> None:
-        self.writer.sink(table).append_batch(batch)
+        sink = self.writer.sink(table)
+        keep = _valid_rows(table, batch)
+        if keep is not None:
+            bad = batch.num_rows - int(pc.sum(pc.cast(keep, pa.int64())).as_py() or 0)
+            if bad:  # a server that breaks the v1 row rules must not make the saved trace invalid
+                sink.dropped += bad
+                if not self.broken_rows:
+                    self.writer.note(f"attach: rows from {self.rec.address} that break the v1 row rules "
+                                     "(nulls in required columns, end before start, unknown clock, "
+                                     "negative index) were not saved; counted in dropped_rows")
+                self.broken_rows += bad
+                batch = batch.filter(keep)
+        sink.append_batch(batch)
+
+
+def _valid_rows(table: str, batch: pa.RecordBatch) -> pa.Array | None:
+    """A mask of the rows that keep the format's row rules (as the reader checks them), or None
+    when every row does (the common case: no filter, no copy)."""
+    spec = TABLES.get(table)
+    if spec is None or batch.num_rows == 0:
+        return None
+    names = set(batch.schema.names)
+    keep: Any = None
+
+    def both(mask: Any) -> None:
+        nonlocal keep
+        mask = pc.fill_null(mask, False)
+        keep = mask if keep is None else pc.and_(keep, mask)
+
+    for col in spec.required:
+        if col.name in names and batch.column(col.name).null_count:
+            both(pc.is_valid(batch.column(col.name)))
+    for start, end in spec.intervals:
+        if start in names and end in names:
+            # a null bound is not an interval out of order (nulls in optional columns are allowed)
+            ok = pc.or_kleene(pc.greater_equal(batch.column(end), batch.column(start)),
+                              pc.or_(pc.is_null(batch.column(end)), pc.is_null(batch.column(start))))
+            both(ok)
+    if table == "spans" and "clock" in names:
+        both(pc.is_in(batch.column("clock"), value_set=pa.array(CLOCKS, pa.string())))
+    if table == "tokens" and "index" in names:
+        both(pc.greater_equal(batch.column("index"), 0))
+    if keep is None or pc.all(keep).as_py():
+        return None
+    return keep
 
 
 def record_live(addresses: Sequence[Address], out: Path, duration_s: float, *,
