@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -296,31 +296,48 @@ def _expected(kind: str, target: pa.DataType) -> str:
             "string": "string, large_string or dictionary-encoded string"}[kind]
 
 
-def check_rows(table: pa.Table, spec: Table, where: str) -> None:
-    """Row-level rules: no nulls in required columns, intervals in order, known clocks."""
+def broken_rows(data: pa.Table | pa.RecordBatch, spec: Table) -> Iterator[tuple[str, Any, str]]:
+    """The format's row rules a table breaks: ``(column, mask of the breaking rows, rule)`` each.
+
+    The rules: no nulls in required columns, intervals in order (a null bound is no interval),
+    known clocks, no negative token index. Nothing is computed past a cheap check when a rule
+    holds (null counts, one comparison, the distinct clocks, the lowest index).
+    """
+    if not data.num_rows:
+        return
     for col in spec.required:
-        nulls = table.column(col.name).null_count
-        if nulls:
-            raise TraceFormatError(f"{nulls} null value(s) in a required column", path=where,
-                                   table=spec.name, column=col.name)
+        if data.column(col.name).null_count:
+            yield col.name, pc.is_null(data.column(col.name)), "null value(s) in a required column"
     for start, end in spec.intervals:
-        bad = pc.sum(pc.cast(pc.less(table.column(end), table.column(start)), pa.int64())).as_py()
-        if bad:
-            raise TraceFormatError(f"{bad} row(s) with {end} < {start}", path=where, table=spec.name,
-                                   column=end)
-    if spec.name == "spans" and table.num_rows:
+        bad = pc.fill_null(pc.less(data.column(end), data.column(start)), False)
+        if pc.any(bad).as_py():
+            yield end, bad, f"row(s) with {end} < {start}"
+    if spec.name == "spans":
         # Distinct values compared in Python: building an Arrow array from Python values
         # (pa.array(CLOCKS)) would import pandas on every read.
-        unknown = [c for c in pc.unique(table.column("clock")).to_pylist() if c not in CLOCKS]
-        if unknown:
-            raise TraceFormatError(f"unknown clock {unknown[0]!r} (expected one of {', '.join(CLOCKS)})",
-                                   path=where, table=spec.name, column="clock")
-    if spec.name == "tokens" and table.num_rows:
-        lowest = pc.min(table.column("index")).as_py()  # no Python scalar (and no pandas) unless one is negative
-        neg = pc.sum(pc.cast(pc.less(table.column("index"), 0), pa.int64())).as_py() if lowest < 0 else 0
-        if neg:
-            raise TraceFormatError(f"{neg} row(s) with a negative index", path=where, table=spec.name,
-                                   column="index")
+        clock = data.column("clock")
+        if any(c not in CLOCKS for c in pc.unique(clock).to_pylist() if c is not None):
+            known: Any = pc.equal(clock, CLOCKS[0])
+            for c in CLOCKS[1:]:
+                known = pc.or_(known, pc.equal(clock, c))
+            yield "clock", pc.invert(pc.fill_null(known, True)), "unknown clock"
+    if spec.name == "tokens":
+        index = data.column("index")
+        lowest = pc.min(index).as_py()  # no Python scalar (and no pandas) unless one is negative
+        if lowest is not None and lowest < 0:
+            yield "index", pc.fill_null(pc.less(index, 0), False), "row(s) with a negative index"
+
+
+def check_rows(table: pa.Table, spec: Table, where: str) -> None:
+    """Raise :class:`TraceFormatError` at the first row rule the table breaks (:func:`broken_rows`)."""
+    for column, bad, rule in broken_rows(table, spec):
+        if column == "clock":
+            unknown = next(c for c in pc.unique(table.column("clock")).to_pylist()
+                           if c is not None and c not in CLOCKS)
+            message = f"unknown clock {unknown!r} (expected one of {', '.join(CLOCKS)})"
+        else:
+            message = f"{pc.sum(pc.cast(bad, pa.int64())).as_py()} {rule}"
+        raise TraceFormatError(message, path=where, table=spec.name, column=column)
 
 
 def _line(e: BaseException) -> str:

@@ -30,7 +30,8 @@ from tracetool.errors import BadInput, UsageError
 from tracetool.live.client import ClientOptions, ServerConnection
 from tracetool.live.protocol import Address
 from tracetool.meta import check_meta, read_meta, write_meta
-from tracetool.schema import CLOCKS, TABLES
+from tracetool.reader import broken_rows
+from tracetool.schema import TABLES
 from tracetool.writer import TraceWriter
 
 #: meta.json fields the writer of the copy owns (the server's values are not copied).
@@ -106,35 +107,13 @@ class _Recorder:
 
 
 def _valid_rows(table: str, batch: pa.RecordBatch) -> pa.Array | None:
-    """A mask of the rows that keep the format's row rules (as the reader checks them), or None
-    when every row does (the common case: no filter, no copy)."""
+    """A mask of the rows that keep the format's row rules (:func:`tracetool.reader.broken_rows`),
+    or None when every row does (the common case: no filter, no copy)."""
     spec = TABLES.get(table)
-    if spec is None or batch.num_rows == 0:
-        return None
-    names = set(batch.schema.names)
-    keep: Any = None
-
-    def both(mask: Any) -> None:
-        nonlocal keep
-        mask = pc.fill_null(mask, False)
-        keep = mask if keep is None else pc.and_(keep, mask)
-
-    for col in spec.required:
-        if col.name in names and batch.column(col.name).null_count:
-            both(pc.is_valid(batch.column(col.name)))
-    for start, end in spec.intervals:
-        if start in names and end in names:
-            # a null bound is not an interval out of order (nulls in optional columns are allowed)
-            ok = pc.or_kleene(pc.greater_equal(batch.column(end), batch.column(start)),
-                              pc.or_(pc.is_null(batch.column(end)), pc.is_null(batch.column(start))))
-            both(ok)
-    if table == "spans" and "clock" in names:
-        both(pc.is_in(batch.column("clock"), value_set=pa.array(CLOCKS, pa.string())))
-    if table == "tokens" and "index" in names:
-        both(pc.greater_equal(batch.column("index"), 0))
-    if keep is None or pc.all(keep).as_py():
-        return None
-    return keep
+    bad: Any = None
+    for _, mask, _ in broken_rows(batch, spec) if spec is not None else ():
+        bad = mask if bad is None else pc.or_(bad, mask)
+    return None if bad is None else pc.invert(bad)
 
 
 def record_live(addresses: Sequence[Address], out: Path, duration_s: float, *,
