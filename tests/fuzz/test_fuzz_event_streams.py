@@ -80,6 +80,12 @@ def _chunks(data: bytes, cuts: list[float]) -> list[bytes]:
 @fuzz_settings(3.0)
 @given(stream_bytes(), st.lists(st.floats(0, 1), max_size=8))
 def test_parser_and_event_handler(data: bytes, cuts: list[float]) -> None:
+    _record_and_check(_probe_events(data, cuts))
+    tried("event streams (in-process)")
+
+
+def _probe_events(data: bytes, cuts: list[float]) -> RequestResult:
+    """The probe's parser and event handler over ``data`` arriving in pieces cut at ``cuts``."""
     prober = Prober(ProbeConfig(url="http://127.0.0.1:9/v1", progress=False))
     r = RequestResult(0, "r0", 10, start_ns=1_000_000, end_ns=0)
     parser = SSEParser()
@@ -94,6 +100,11 @@ def test_parser_and_event_handler(data: bytes, cuts: list[float]) -> None:
     except MalformedStream as e:
         r.fail(f"malformed SSE: {e}")
     r.end_ns = t + 1000
+    return r
+
+
+def _record_and_check(r: RequestResult) -> None:
+    """The request's rows written as the probe writes them: none lost, the trace valid."""
     with tempfile.TemporaryDirectory(prefix="tracetool-fuzz-") as tmp:
         rec = Recorder(Path(tmp) / "t").start()
         write_request(rec, r)
@@ -101,7 +112,6 @@ def test_parser_and_event_handler(data: bytes, cuts: list[float]) -> None:
         assert rec.errors == 0, "rows of a fuzzed response were lost"
         trace = open_trace(Path(tmp) / "t", strict=True)
         assert trace.rows("requests") == 1 and trace.rows("tokens") == len(r.token_ns)
-    tried("event streams (in-process)")
 
 
 @fuzz_settings(1.0)
@@ -177,16 +187,7 @@ def test_absurd_but_finite_server_timing_is_no_timing(timing: dict[str, float]) 
     """Found by the random campaign (TRACETOOL_FUZZ_RANDOM=1, 2,000 examples)."""
     data = (b'data: {"choices": [{"index": 0, "delta": {"content": "a"}}]}\n\n'
             + f'data: {json.dumps({"choices": [], "server_timing": timing})}\n\n'.encode() + b"data: [DONE]\n\n")
-    prober = Prober(ProbeConfig(url="http://127.0.0.1:9/v1", progress=False))
-    r = RequestResult(0, "r0", 10, start_ns=1_000_000, end_ns=0)
-    parser = SSEParser()
-    for event in [*parser.feed(data), *parser.close()]:
-        prober._on_event(r, event, 2_000_000)
-    r.end_ns = 3_000_000
+    r = _probe_events(data, [])
     assert r.server_timing is None or all(v <= 1e9 for v in r.server_timing.values())
-    with tempfile.TemporaryDirectory(prefix="tracetool-fuzz-") as tmp:
-        rec = Recorder(Path(tmp) / "t").start()
-        write_request(rec, r)
-        rec.close()
-        assert rec.errors == 0
-        assert open_trace(Path(tmp) / "t", strict=True).rows("tokens") == 1
+    assert len(r.token_ns) == 1
+    _record_and_check(r)
