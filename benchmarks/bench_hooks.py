@@ -11,9 +11,13 @@ collector's own cost. Variants run interleaved, round by round; the figure is
 the median over rounds of each round's per-step mean.
 
 overhead, part 2 (real decode loop): a tiny Llama decoding with a DynamicCache,
-plain / instrumented / under torch.profiler (CPU activities), interleaved in
-the same run. Reports per-step time, ratio to plain, added µs per step, and
-how many times more torch.profiler adds than the collector.
+plain / an identical plain twin (the noise reference) / instrumented / under
+torch.profiler (CPU activities), interleaved in the same run, order reversed
+every other round. Reports per-step time, ratio to plain, and added µs per
+step as the median of same-round differences with a 95 % bootstrap interval,
+and how many times more torch.profiler adds than the collector. Between real
+forward passes the collector's code runs with cold CPU caches, so it costs
+more there than on the null model.
 
 slope: the demo model (collectors.demo) on this CPU: decode step time against
 kv_len over 0-2048 context, a least-squares line (slope, r²), and the wall
@@ -23,6 +27,7 @@ time of a 200-token generate.
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import statistics
 import tempfile
@@ -67,13 +72,15 @@ def null_model_overhead(steps: int, rounds: int) -> dict[str, tuple[float, float
     ids = torch.zeros(1, 1, dtype=torch.long)
     mask = torch.ones(1, 101, dtype=torch.long)
     pos = torch.tensor([[100]])
-    models = {"plain": Null(), "wrap": Null(), "hooks": Null(), "wrap, disabled": Null()}
+    models = {"plain": Null(), "call (default)": Null(), "wrap": Null(), "hooks": Null(),
+              "call, disabled": Null()}
     with tempfile.TemporaryDirectory() as d:
         rec = Recorder(d, max_pending_rows=50_000_000).start()
         off = Recorder(d + "/off", enabled=False).start()
-        instrument(models["wrap"], rec)
+        instrument(models["call (default)"], rec)
+        instrument(models["wrap"], rec, method="wrap")
         instrument(models["hooks"], rec, method="hooks")
-        instrument(models["wrap, disabled"], off)
+        instrument(models["call, disabled"], off)
 
         def loop(m: Any) -> Callable[[], float]:
             def run() -> float:
@@ -91,7 +98,9 @@ def null_model_overhead(steps: int, rounds: int) -> dict[str, tuple[float, float
     return res
 
 
-def real_loop_overhead(steps: int, rounds: int) -> dict[str, tuple[float, float]]:
+def real_loop_overhead(steps: int, rounds: int) -> dict[str, list[float]]:
+    """Per-step time of each round, per variant: plain, an identical plain copy (the noise
+    reference), instrumented, torch.profiler. Variants alternate order every round."""
     from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
     from collectors import Recorder
@@ -101,7 +110,8 @@ def real_loop_overhead(steps: int, rounds: int) -> dict[str, tuple[float, float]
     cfg = LlamaConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
                       intermediate_size=128, vocab_size=256)
     plain = LlamaForCausalLM(cfg).eval()
-    hooked = LlamaForCausalLM(cfg).eval()
+    twin = copy.deepcopy(plain)  # the same weights: the same tokens, the same work per step
+    hooked = copy.deepcopy(plain)
     prompt = torch.randint(0, 256, (1, 32))
     with tempfile.TemporaryDirectory() as d:
         rec = Recorder(d, max_pending_rows=50_000_000).start()
@@ -127,10 +137,24 @@ def real_loop_overhead(steps: int, rounds: int) -> dict[str, tuple[float, float]
                 return dt
             return run
 
-        res = _rounds({"plain": decode(plain), "instrumented": decode(hooked),
-                       "torch.profiler": decode(plain, profile=True)}, rounds)
+        variants = {"plain": decode(plain), "plain twin": decode(twin), "instrumented": decode(hooked),
+                    "torch.profiler": decode(plain, profile=True)}
+        per: dict[str, list[float]] = {k: [] for k in variants}
+        for r in range(rounds):
+            for name in (list(variants) if r % 2 else list(variants)[::-1]):
+                per[name].append(variants[name]())
         rec.close()
-    return res
+    return per
+
+
+def paired(per: dict[str, list[float]], name: str, base: str = "plain") -> tuple[float, float, float]:
+    """Median over rounds of (variant - base) in the same round, with a 95 % bootstrap interval."""
+    import random
+
+    diffs = [a - b for a, b in zip(per[name], per[base], strict=True)]
+    rng = random.Random(0)
+    boots = sorted(statistics.median(rng.choices(diffs, k=len(diffs))) for _ in range(1000))
+    return statistics.median(diffs), boots[25], boots[974]
 
 
 def demo_slope(points: tuple[int, ...], per_point: int) -> dict[str, Any]:
@@ -196,6 +220,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--null-steps", type=int, default=2000)
     ap.add_argument("--loop-steps", type=int, default=50)
+    ap.add_argument("--loop-rounds", type=int, default=160, help="rounds of the real loop (paired differences)")
     ap.add_argument("--per-point", type=int, default=24, help="decode steps timed at each kv_len (slope)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -208,21 +233,26 @@ def main() -> None:
         for k, (vmin, vmed) in null.items():
             print(f"  {k:<16} min {vmin:7.0f} ns  added {vmin - bmin:+6.0f} ns   |  "
                   f"median {vmed:7.0f} ns  added {vmed - bmed:+6.0f} ns")
-        real = real_loop_overhead(args.loop_steps, args.rounds)
-        (rmin, rmed) = real["plain"]
-        print(f"\ntiny Llama decode loop, {args.loop_steps} steps x {args.rounds} rounds (per step):")
-        for k, (vmin, vmed) in real.items():
-            print(f"  {k:<16} min {vmin / 1000:8.1f} µs  x{vmin / rmin:.3f}  added {(vmin - rmin) / 1000:+7.1f} µs   |  "
-                  f"median {vmed / 1000:8.1f} µs  x{vmed / rmed:.3f}")
-        hook_min = max(null["wrap"][0] - bmin, 1.0)
-        hook_med = max(null["wrap"][1] - bmed, 1.0)
-        prof_min = real["torch.profiler"][0] - rmin
-        prof_med = real["torch.profiler"][1] - rmed
-        print(f"\ncollector added per step: {hook_min / 1000:.2f} µs (min) / {hook_med / 1000:.2f} µs (median), "
-              "measured on the null model (on the real loop it is below the noise)")
-        print(f"torch.profiler (CPU) added per step on the real loop: {prof_min / 1000:.1f} µs (min) / "
-              f"{prof_med / 1000:.1f} µs (median): {prof_min / hook_min:.0f}x / {prof_med / hook_med:.0f}x "
-              "the collector's cost")
+        real = real_loop_overhead(args.loop_steps, args.loop_rounds)
+        rmed = statistics.median(real["plain"])
+        print(f"\ntiny Llama decode loop, {args.loop_steps} steps x {args.loop_rounds} rounds (per step; "
+              "added = median over rounds of the difference to plain in the same round, 95 % interval):")
+        for k, v in real.items():
+            med = statistics.median(v)
+            line = f"  {k:<16} median {med / 1000:8.1f} µs  x{med / rmed:.3f}"
+            if k != "plain":
+                d, lo, hi = paired(real, k)
+                line += f"  added {d / 1000:+7.1f} µs  ({lo / 1000:+.1f} .. {hi / 1000:+.1f})"
+            print(line)
+        hook_min = max(null["call (default)"][0] - bmin, 1.0)
+        hook_med = max(null["call (default)"][1] - bmed, 1.0)
+        real_hook = paired(real, "instrumented")[0]
+        prof = paired(real, "torch.profiler")[0]
+        print(f"\ncollector added per step: {hook_min / 1000:.2f} µs (min) / {hook_med / 1000:.2f} µs (median) on "
+              f"the null model (its own cost, hot caches); {real_hook / 1000:.1f} µs on the real loop "
+              "(the same code run cold between real forward passes; see the twin for the noise)")
+        print(f"torch.profiler (CPU) added per step on the real loop: {prof / 1000:.1f} µs: "
+              f"{prof / max(real_hook, 1.0):.0f}x the collector's cost on the same loop")
         print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.only in (None, "slope"):
         s = demo_slope((1, 256, 512, 768, 1024, 1280, 1536, 1792, 2047), args.per_point)

@@ -103,9 +103,26 @@ class Sink:
         self.rows_written = 0
         self.last_flush = time.monotonic()
         self._batches: list[pa.RecordBatch] = []
+        self._feeds: list[tuple[list[Any], Callable[[list[Any]], Mapping[str, Any]]]] = []
 
     def pending(self) -> int:
         raise NotImplementedError
+
+    def tuple_feed(self, convert: Callable[[list[Any]], Mapping[str, Any]]) -> list[Any]:
+        """A list a hot path appends raw tuples of its own shape to, converted off that path.
+
+        The producer checks ``len(feed) < sink.max_pending_rows`` (else counts
+        ``sink.dropped``) and appends; the flusher takes what is there and
+        ``convert(tuples)`` gives the table's columns (a mapping as
+        :meth:`append_batch` takes), vectorised. ``list.append`` is the one
+        hand-off that stays cheap inside a real model loop, where the
+        interpreter's common paths are the only code still in the CPU caches
+        between calls (``struct.pack`` + ``array.frombytes`` cost a step 4-5 µs
+        more there; ``benchmarks/bench_hooks.py``).
+        """
+        feed: list[Any] = []
+        self._feeds.append((feed, convert))
+        return feed
 
     def append(self, values: Sequence[Any]) -> None:
         """Append one row given as plain values in the table's column order (None = null)."""
@@ -126,6 +143,20 @@ class Sink:
             return
         self._batches.append(batch)
 
+    def _feed_rows(self) -> int:
+        return sum(len(f) for f, _ in self._feeds)
+
+    def _drain_feeds(self, out: list[pa.RecordBatch]) -> None:
+        for feed, convert in self._feeds:
+            n = len(feed)
+            if not n:
+                continue
+            chunk = feed[:n]
+            del feed[:n]  # tuples appended meanwhile stay for the next drain (each list op is atomic)
+            batch = conform_batch(self.table, convert(chunk))
+            if batch.num_rows:
+                out.append(batch)
+
     def _pending_batch_rows(self) -> int:
         return sum(b.num_rows for b in list(self._batches))
 
@@ -136,6 +167,8 @@ class Sink:
         if n:
             out.extend(self._batches[:n])
             del self._batches[:n]
+        if self._feeds:
+            self._drain_feeds(out)
         rows = self._drain_rows()
         if rows is not None and rows.num_rows:
             out.append(rows)
@@ -160,7 +193,7 @@ class PackedSink(Sink):
         self._is_str = [c.kind == "string" for c in table.columns]
 
     def pending(self) -> int:
-        return len(self.buf) // self.ncols + self._pending_batch_rows()
+        return len(self.buf) // self.ncols + self._pending_batch_rows() + self._feed_rows()
 
     def full(self) -> bool:
         return len(self.buf) >= self.max_items
@@ -216,7 +249,7 @@ class RowSink(Sink):
         self.rows: list[tuple[Any, ...]] = []
 
     def pending(self) -> int:
-        return len(self.rows) + self._pending_batch_rows()
+        return len(self.rows) + self._pending_batch_rows() + self._feed_rows()
 
     def append(self, values: Sequence[Any]) -> None:
         if len(self.rows) >= self.max_pending_rows:

@@ -4,14 +4,18 @@
     ...
     uninstrument(h)                       # or uninstrument(model)
 
-Why a forward wrapper and not ``register_forward_pre_hook``: torch's hook
-dispatch alone costs several µs per call (measured side by side in
-``benchmarks/bench_hooks.py``), more than the whole budget (≤ 2 µs per step).
-The wrapper is installed as an instance attribute, the way ``accelerate``
-attaches its hooks, so ``Module.__call__`` keeps its hook-free fast path, and
-the common case (``input_ids`` and a ``DynamicCache``) runs inline in that one
-frame. ``method="hooks"`` uses real torch hooks for models whose ``forward``
-must not be replaced.
+Why not ``register_forward_pre_hook``: torch's hook dispatch alone costs
+several µs per call (measured side by side in ``benchmarks/bench_hooks.py``),
+more than the whole budget (≤ 2 µs per step). By default the timing function
+takes the module's ``_compiled_call_impl`` slot, which ``Module.__call__``
+checks before ``_call_impl``, and does what ``_call_impl`` does when nothing
+hooks the module (call ``forward``), so an instrumented call runs no more
+Python frames than a plain one; with hooks present or under tracing it times
+``_call_impl`` itself. The common case (``input_ids`` and a ``DynamicCache``)
+runs inline in that one frame. A compiled module (``model.compile()`` fills the
+same slot) gets an instance-level ``forward`` wrapper instead (``method="wrap"``,
+the way ``accelerate`` attaches its hooks); ``method="hooks"`` uses real torch
+hooks for models whose ``forward`` must not be replaced.
 
 What a step records (never touching device values, so no GPU sync):
 
@@ -40,14 +44,22 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
 from collectors.recorder import NULL, Recorder, RequestHandle, now_ns
 from collectors.torch_hooks.kv import cache_seq_len, input_shape, past_len
+from tracetool.schema import INT_NULL
 
 #: Step ids are unique within a process, so several instrumented models share one trace.
 _STEP_IDS = itertools.count(1)
 #: Raw step records: (step_id, start_ns, end_ns, batch, q_len, kv_len, prefill) on CPU; on CUDA a
 #: list that also holds the events, then the device-timed start and end once resolved.
 _capture: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar("tracetool_steps", default=None)
+#: How many capture() blocks are open in any thread: the hot path reads the context variable
+#: only when some are (a custom loop that never captures skips it).
+_CAPTURING = [0]
+_CAPTURING_LOCK = threading.Lock()
 _ATTR = "_tracetool_hooks"
 _DYNAMIC_LAYER: dict[type, bool] = {}  # layer types whose length is keys.shape[-2]
 _CACHE_KIND: dict[type, int] = {}  # 1: list of layers (>= 4.56), 2: 4.4x DynamicCache, 0: other
@@ -99,6 +111,8 @@ class HookHandle:
         self.method = method
         self.active = True
         self._sink: Any = recorder.sink("steps")
+        #: raw steps (step_id, start, end, batch, q_len, kv_len, prefill); the flusher derives the columns
+        self._feed: list[Any] = self._sink.tuple_feed(_step_columns)
         self._counter = 0  # tokens fed since the sequence began (last-resort kv_len)
         self._fresh = True
         self._last: Any = None
@@ -127,9 +141,13 @@ class HookHandle:
         :class:`Step` objects afterwards (the hot path only appends a tuple)."""
         raw: list[Any] = []
         token = _capture.set(raw)
+        with _CAPTURING_LOCK:
+            _CAPTURING[0] += 1
         try:
             yield raw
         finally:
+            with _CAPTURING_LOCK:
+                _CAPTURING[0] -= 1
             _capture.reset(token)
 
     def steps(self, raw: list[Any], timeout_s: float = 5.0) -> list[Step]:
@@ -207,45 +225,88 @@ class HookHandle:
             cap.append(raw)
 
     def _write_raw(self, raw: Any) -> None:
-        s = self._sink
-        if len(s.buf) >= s.max_items:
-            s.dropped += 1
+        if len(self._feed) >= self._sink.max_pending_rows:
+            self._sink.dropped += 1
             return
-        sid, start, end, b, q, kv, prefill = raw[:7]
-        if len(raw) > 7:
-            start, end = raw[8], raw[9]
-        s.buf.frombytes(s.pack(sid, start, end, b, b * q if prefill else 0, 0 if prefill else b, b * kv))
+        if len(raw) > 7:  # CUDA: the device-timed start and end (null when the events never resolved)
+            raw = (raw[0], INT_NULL if raw[8] is None else raw[8], INT_NULL if raw[9] is None else raw[9],
+                   *raw[3:7])
+        self._feed.append(raw)
+
+
+def _step_columns(raws: list[Any]) -> dict[str, Any]:
+    """``steps`` columns of raw step tuples, vectorised (on the flusher thread, not the host's)."""
+    raw = np.array(raws, dtype=np.int64).reshape(-1, 7)
+    batch, prefill = raw[:, 3], raw[:, 6] != 0
+    start, end = raw[:, 1], raw[:, 2]
+    return {"step_id": raw[:, 0],
+            "start_ns": pa.array(start, pa.int64(), mask=start == INT_NULL),
+            "end_ns": pa.array(end, pa.int64(), mask=end == INT_NULL),
+            "batch_size": batch, "prefill_tokens": np.where(prefill, batch * raw[:, 4], 0),
+            "decode_tokens": np.where(prefill, 0, batch), "kv_tokens": batch * raw[:, 5]}
 
 
 def _none() -> None:
     return None
 
 
-def _forward_of(h: HookHandle, orig: Callable[..., Any]) -> Callable[..., Any]:
-    """The instance-level forward: times each call inline; anything unusual takes the general path.
+def _forward_of(h: HookHandle, orig: Callable[..., Any], via_call: bool) -> Callable[..., Any]:
+    """The timing function: times each call inline; anything unusual takes the general path.
+
+    ``via_call``: installed as the module's ``_compiled_call_impl``, the slot
+    ``Module.__call__`` checks first, so it stands in for ``Module._call_impl``:
+    with no module hooks and no tracing (what ``_call_impl`` checks too) it calls
+    ``module.forward`` itself, one Python frame fewer than a forward wrapper under
+    ``_call_impl``; otherwise it times ``_call_impl`` (hooks included). Else it is
+    the instance ``forward`` and calls ``orig``.
 
     It is stored as a method bound to the module, so ``copy.deepcopy(model)``
-    rebinds it to the copy, which then runs its own class ``forward`` untimed.
+    rebinds it to the copy, which then runs untimed.
     """
     target = h.module
     rec = h.recorder
     sink = h._sink
-    buf = sink.buf
-    frombytes = buf.frombytes
-    pack = sink.pack
-    max_items = sink.max_items
+    feed = h._feed
+    push = feed.append
+    cap_rows = sink.max_pending_rows
     now = now_ns
     ids = _STEP_IDS
     cap_get = _capture.get
+    capturing = _CAPTURING
     dynamic = _DYNAMIC_LAYER
     kinds = _CACHE_KIND
     timer = h._timer
+    # the cache and first-layer types of the last call that took the inline path: one `is` each
+    # on the next call, instead of the dictionary lookups that classify a type seen first
+    fast_cache: Any = None
+    fast_layer: Any = None
+    tracing: Callable[[], Any] = _no_tracing
+    g_bpre = g_b = g_f = g_fpre = None
+    if via_call:  # what Module._call_impl checks before calling forward directly
+        import torch
+        from torch.nn.modules import module as tm
+
+        tracing = torch._C._get_tracing_state
+        g_bpre, g_b, g_f, g_fpre = (tm._global_backward_pre_hooks, tm._global_backward_hooks,
+                                    tm._global_forward_hooks, tm._global_forward_pre_hooks)
+
+    def inner(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The call being timed, for the paths that are not the inline one."""
+        if not via_call:
+            return orig(*args, **kwargs)
+        if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                or module._backward_pre_hooks or g_bpre or g_b or g_f or g_fpre or tracing()):
+            return module._call_impl(*args, **kwargs)
+        return module.forward(*args, **kwargs)
 
     def forward(module: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal fast_cache, fast_layer
         if module is not target:  # a deep copy of the instrumented model
+            if via_call:
+                return module._call_impl(*args, **kwargs)
             return type(module).forward(module, *args, **kwargs)
         if not h.active or not rec.enabled:
-            return orig(*args, **kwargs)
+            return inner(module, args, kwargs)
         start = now()
         try:
             x = args[0] if args else kwargs["input_ids"]
@@ -254,38 +315,51 @@ def _forward_of(h: HookHandle, orig: Callable[..., Any]) -> Callable[..., Any]:
             if cache is None:
                 cache = kwargs["past_key_values"]
             ct = type(cache)
-            kind = kinds.get(ct)
-            if kind is None:
-                kind = kinds[ct] = _cache_kind(cache)
-            if timer is not None or kind == 0:
-                raise LookupError
-            if kind == 1:  # transformers >= 4.56 / 5.x: a list of layers
+            if ct is fast_cache and timer is None:
                 l0 = cache.layers[0]
-                t = type(l0)
-                d = dynamic.get(t)
-                if d is None:
-                    d = dynamic[t] = t.__name__ == "DynamicLayer"
-                if not d:
+                if type(l0) is not fast_layer:
                     raise LookupError
                 past = l0.keys.shape[-2] if l0.is_initialized else 0
-            else:  # 4.4x DynamicCache: what its get_seq_length() reads
-                kc = cache.key_cache
-                shape: Any = kc[0].shape if kc else ()
-                past = shape[-2] if len(shape) > 1 else 0  # empty layers are 1-D placeholders
+            else:
+                kind = kinds.get(ct)
+                if kind is None:
+                    kind = kinds[ct] = _cache_kind(cache)
+                if timer is not None or kind == 0:
+                    raise LookupError
+                if kind == 1:  # transformers >= 4.56 / 5.x: a list of layers
+                    l0 = cache.layers[0]
+                    t = type(l0)
+                    d = dynamic.get(t)
+                    if d is None:
+                        d = dynamic[t] = t.__name__ == "DynamicLayer"
+                    if not d:
+                        raise LookupError
+                    past = l0.keys.shape[-2] if l0.is_initialized else 0
+                    fast_cache, fast_layer = ct, t
+                else:  # 4.4x DynamicCache: what its get_seq_length() reads
+                    kc = cache.key_cache
+                    shape: Any = kc[0].shape if kc else ()
+                    past = shape[-2] if len(shape) > 1 else 0  # empty layers are 1-D placeholders
         except Exception:  # not the common case: the general path (never raises into the host)
             try:
                 batch, q, kv, prefill = h._pre(args, kwargs)
                 events = timer.start() if timer is not None else None
             except Exception as e:
                 rec.error("torch_hooks", e)
-                return orig(*args, **kwargs)
-            out = orig(*args, **kwargs)
+                return inner(module, args, kwargs)
+            out = inner(module, args, kwargs)
             try:
                 h._post(start, now(), batch, q, kv, prefill, events)
             except Exception as e:
                 rec.error("torch_hooks", e)
             return out
-        out = orig(*args, **kwargs)
+        if not via_call:
+            out = orig(*args, **kwargs)
+        elif (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+              or module._backward_pre_hooks or g_bpre or g_b or g_f or g_fpre or tracing()):
+            out = module._call_impl(*args, **kwargs)
+        else:  # what _call_impl does when nothing hooks the module (its own frame saved)
+            out = module.forward(*args, **kwargs)
         end = now()
         try:
             kv = past + q
@@ -293,18 +367,20 @@ def _forward_of(h: HookHandle, orig: Callable[..., Any]) -> Callable[..., Any]:
             sid = next(ids)
             raw = (sid, start, end, batch, q, kv, prefill)
             h._last = raw
-            cap = cap_get()
-            if cap is not None:
-                cap.append(raw)
-            if len(buf) < max_items:
-                frombytes(pack(sid, start, end, batch, batch * q if prefill else 0, 0 if prefill else batch,
-                               batch * kv))
+            if capturing[0]:  # some thread is inside capture(): is it this one?
+                cap = cap_get()
+                if cap is not None:
+                    cap.append(raw)
+            if len(feed) < cap_rows:
+                push(raw)
             else:
                 sink.dropped += 1
         except Exception as e:
             rec.error("torch_hooks", e)
         return out
 
+    if via_call:
+        return types.MethodType(forward, target)
     functools.update_wrapper(forward, orig)
     del forward.__wrapped__  # type: ignore[attr-defined]
     try:  # inspect.signature(model.forward) stays the original's: transformers reads it
@@ -316,10 +392,30 @@ def _forward_of(h: HookHandle, orig: Callable[..., Any]) -> Callable[..., Any]:
     return types.MethodType(forward, target)
 
 
+def _no_tracing() -> None:
+    return None
+
+
+def _install_call(h: HookHandle, module: Any) -> None:
+    had = "_compiled_call_impl" in module.__dict__
+    call = _forward_of(h, module.forward, via_call=True)
+    module.__dict__["_compiled_call_impl"] = call
+
+    def undo() -> None:
+        if module.__dict__.get("_compiled_call_impl") is call:
+            if had:
+                module.__dict__["_compiled_call_impl"] = None
+            else:
+                del module.__dict__["_compiled_call_impl"]
+        # compiled since (torch.compile replaced it): nothing of ours is left to remove
+
+    h._undo.append(undo)
+
+
 def _install_wrapper(h: HookHandle, module: Any) -> None:
     had_instance_forward = "forward" in module.__dict__
     orig = module.forward
-    wrapper = _forward_of(h, orig)
+    wrapper = _forward_of(h, orig, via_call=False)
     module.__dict__["forward"] = wrapper
 
     def undo() -> None:
@@ -373,26 +469,36 @@ def _on_cuda(module: Any) -> bool:
     return bool(p.device.type == "cuda")
 
 
-def instrument(model: Any, recorder: Recorder, *, method: str = "wrap", cuda_timing: bool | None = None) -> HookHandle:
+def instrument(model: Any, recorder: Recorder, *, method: str = "call", cuda_timing: bool | None = None) -> HookHandle:
     """Time every forward call of ``model`` as a ``steps`` row; returns the handle.
 
     Args:
         model: a ``torch.nn.Module`` (the top-level model whose calls are engine steps).
         recorder: a started :class:`~collectors.recorder.Recorder`.
-        method: ``"wrap"`` (instance-level forward wrapper, cheapest) or ``"hooks"``
+        method: ``"call"`` (default, cheapest: the module's ``__call__`` dispatch,
+            see :func:`_forward_of`; a module already compiled with
+            ``Module.compile()`` gets ``"wrap"``), ``"wrap"`` (an instance-level
+            ``forward`` wrapper) or ``"hooks"``
             (``register_forward_pre_hook``/``register_forward_hook``).
         cuda_timing: time with CUDA events; default: when the model's parameters are on CUDA.
 
-    Instrumenting an instrumented model returns its existing handle.
+    Instrumenting an instrumented model returns its existing handle. Compile
+    (``model.compile()``) before instrumenting, not after: compiling replaces
+    the ``__call__`` dispatch the ``"call"`` method uses.
     """
     existing = model.__dict__.get(_ATTR)
     if isinstance(existing, HookHandle) and existing.active:
         return existing
-    if method not in ("wrap", "hooks"):
-        raise ValueError(f"method must be 'wrap' or 'hooks', not {method!r}")
+    if method not in ("call", "wrap", "hooks"):
+        raise ValueError(f"method must be 'call', 'wrap' or 'hooks', not {method!r}")
+    if method == "call" and (getattr(model, "_compiled_call_impl", False) is not None
+                             or not callable(getattr(model, "_call_impl", None))):
+        method = "wrap"  # compiled already, or not a torch Module
     cuda = _on_cuda(model) if cuda_timing is None else cuda_timing
     h = HookHandle(model, recorder, cuda=cuda, method=method)
-    if method == "wrap":
+    if method == "call":
+        _install_call(h, model)
+    elif method == "wrap":
         _install_wrapper(h, model)
     else:
         _install_hooks(h, model)

@@ -48,7 +48,7 @@ def model(tiny: tuple[Any, Any]) -> Any:
     return m
 
 
-@pytest.mark.parametrize("method", ["wrap", "hooks"])
+@pytest.mark.parametrize("method", ["call", "wrap", "hooks"])
 def test_steps_rows_classify_prefill_and_decode(model: Any, recorder: Any, read: Any, method: str) -> None:
     rec = recorder()
     h = instrument(model, rec, method=method)
@@ -90,6 +90,49 @@ def test_uninstrument_removes_everything(model: Any, recorder: Any, read: Any) -
     assert read(rec).rows("steps") == 2
 
 
+def test_call_method_keeps_torch_hooks_working_and_timed(model: Any, recorder: Any, read: Any) -> None:
+    """The default method stands in for Module._call_impl: hooks registered before or after
+    instrument() still run (through _call_impl), and those calls are still steps."""
+    rec = recorder()
+    h = instrument(model, rec)
+    assert h.method == "call" and model._compiled_call_impl is not None
+    seen: list[str] = []
+    pre = model.register_forward_pre_hook(lambda m, a: seen.append("pre"))
+    post = torch.nn.modules.module.register_module_forward_hook(lambda m, a, o: seen.append("global"))
+    try:
+        decode_loop(model, 2, 1)
+    finally:
+        pre.remove()
+        post.remove()
+    assert seen.count("pre") == 2 and seen.count("global") >= 2
+    decode_loop(model, 2, 1)  # no hooks: the inline dispatch
+    steps = sorted(read(rec).table("steps").to_pylist(), key=lambda r: r["step_id"])
+    assert [r["kv_tokens"] for r in steps] == [2, 3, 2, 3]
+
+
+def test_compiled_model_gets_the_forward_wrapper(model: Any, recorder: Any, read: Any) -> None:
+    rec = recorder()
+    model.compile()  # lazy: nothing is compiled until a call
+    compiled = model._compiled_call_impl
+    h = instrument(model, rec)
+    assert h.method == "wrap" and model._compiled_call_impl is compiled
+    uninstrument(model)
+    assert model._compiled_call_impl is compiled
+
+
+def test_pickled_instrumented_model_is_plain(tiny: tuple[Any, Any], recorder: Any, read: Any) -> None:
+    import pickle
+
+    model = copy.deepcopy(tiny[0])
+    rec = recorder()
+    instrument(model, rec)
+    clone = pickle.loads(pickle.dumps(model))
+    assert handle_of(clone) is None and clone._compiled_call_impl is None
+    x = torch.tensor([[3, 4, 5]])
+    torch.testing.assert_close(clone(input_ids=x).logits, model(input_ids=x).logits)
+    assert read(rec).rows("steps") == 1
+
+
 def test_hooks_method_removes_its_hooks(model: Any, recorder: Any) -> None:
     rec = recorder()
     with instrument(model, rec, method="hooks"):
@@ -113,10 +156,10 @@ def test_a_failing_writer_never_reaches_the_model_caller(model: Any, recorder: A
     ref = model(input_ids=torch.tensor([[3, 4, 5]])).logits
     h = instrument(model, rec)
 
-    def broken(*a: Any) -> bytes:
+    def broken(*a: Any) -> None:
         raise RuntimeError("disk on fire")
 
-    h._sink.pack = broken  # fault injected into the steps sink
+    h._write_raw = broken  # type: ignore[method-assign]  # fault injected into the steps sink
     out = model(input_ids=torch.tensor([[3, 4, 5]])).logits  # general path (no cache object)
     torch.testing.assert_close(out, ref)
     errors = rec.errors
@@ -126,12 +169,14 @@ def test_a_failing_writer_never_reaches_the_model_caller(model: Any, recorder: A
         def append(self, item: Any) -> None:
             raise RuntimeError("collector bug")
 
-    from collectors.torch_hooks import _capture
+    from collectors.torch_hooks import _CAPTURING, _capture
 
     token = _capture.set(Exploding())
+    _CAPTURING[0] += 1  # what capture() does besides setting the context variable
     try:
         decode_loop(model, 3, 2)  # the inline fast path (DynamicCache) fails after each forward
     finally:
+        _CAPTURING[0] -= 1
         _capture.reset(token)
     assert rec.errors >= errors + 2
 

@@ -53,6 +53,26 @@ def test_append_batch_and_rows_mix(tmp_path: Path) -> None:
     assert sorted(t.column("kv_len").to_pylist(), key=lambda v: (v is None, v)) == [5, 7, 8, None]
 
 
+def test_tuple_feed_rows_are_converted_by_the_flusher(tmp_path: Path) -> None:
+    def convert(raws: list[tuple[int, int]]) -> dict[str, list[int]]:
+        return {"step_id": [r[0] for r in raws], "start_ns": [r[1] for r in raws],
+                "end_ns": [r[1] + 5 for r in raws], "batch_size": [1] * len(raws),
+                "prefill_tokens": [0] * len(raws), "decode_tokens": [1] * len(raws),
+                "kv_tokens": [r[0] + 10 for r in raws]}
+
+    w = TraceWriter(tmp_path, flush_interval_s=3600, flush_rows=10**9).start()
+    s = w.sink("steps")
+    feed = s.tuple_feed(convert)
+    feed += [(1, 100), (2, 200)]
+    assert s.pending() == 2
+    w.flush()
+    assert s.pending() == 0 and feed == []
+    feed.append((3, 300))  # after a drain, the same list keeps feeding
+    w.close()
+    rows = sorted(open_trace(tmp_path, strict=True).table("steps").to_pylist(), key=lambda r: r["step_id"])
+    assert [(r["step_id"], r["end_ns"], r["kv_tokens"]) for r in rows] == [(1, 105, 11), (2, 205, 12), (3, 305, 13)]
+
+
 def test_declared_empty_table_means_recorded(tmp_path: Path) -> None:
     with TraceWriter(tmp_path, declare=("spans", "tokens")):
         pass
