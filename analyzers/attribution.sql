@@ -197,13 +197,13 @@ names AS (
         AS v(ordinal, component)
 ),
 agg AS (
-    SELECT n.ordinal, n.component, count(l.ms) AS requests, avg(l.ms) AS ms, sum(l.ms) AS total_ms
+    SELECT n.ordinal, n.component, count(l.ms) AS requests, favg(l.ms) AS ms, fsum(l.ms) AS total_ms
     FROM names AS n LEFT JOIN long AS l USING (ordinal)
     GROUP BY n.ordinal, n.component
 ),
 shares AS (
     SELECT *, requests > 0 AS measured,
-        CASE WHEN requests > 0 THEN total_ms / nullif((SELECT sum(e2e_ms) FROM r), 0) END AS share
+        CASE WHEN requests > 0 THEN total_ms / nullif((SELECT fsum(e2e_ms) FROM r), 0) END AS share
     FROM agg
 )
 SELECT ordinal, component, measured, requests, ms, total_ms, share,

@@ -118,9 +118,9 @@ SELECT
     (SELECT count(*) FROM _traces) AS traces,
     (SELECT count(*) FROM ok) AS requests,
     (SELECT coalesce(sum(output_tokens), 0) FROM tokens_requests)::BIGINT AS output_tokens,
-    (SELECT avg(decode_tok_s) FROM ok) AS per_request_tok_s,
+    (SELECT favg(decode_tok_s) FROM ok) AS per_request_tok_s,
     (SELECT quantile_cont(decode_tok_s, 0.5) FROM ok) AS per_request_tok_s_p50,
-    (SELECT avg(tpot_ms * (output_tokens - 1)) / 1000 FROM ok) AS decode_s_mean,
+    (SELECT favg(tpot_ms * (output_tokens - 1)) / 1000 FROM ok) AS decode_s_mean,
     (SELECT sum(tokens / wall_s) FROM per_trace WHERE wall_s > 0 AND tokens > 0) AS aggregate_tok_s,
     (SELECT max(wall_s) FROM per_trace) AS wall_s,
     (SELECT sum(busy_s / wall_s) FROM per_trace WHERE wall_s > 0) AS mean_concurrency;

@@ -19,14 +19,14 @@ per AS (
     SELECT 1 AS o, 'e2e' AS metric,
         CASE WHEN count(*) FILTER (WHERE e2e_source = 'client') = count(e2e_ms) THEN 'client'
              WHEN count(*) FILTER (WHERE e2e_source = 'client') = 0 THEN 'server' ELSE 'mixed' END AS clock,
-        count(e2e_ms) AS n, avg(e2e_ms) AS mean_ms,
+        count(e2e_ms) AS n, favg(e2e_ms) AS mean_ms,
         quantile_cont(e2e_ms, [0.5, 0.9, 0.95, 0.99]) AS q
     FROM r
     UNION ALL
     SELECT 2, 'ttft',
         CASE WHEN count(*) FILTER (WHERE ttft_source = 'client') = count(ttft_ms) THEN 'client'
              WHEN count(*) FILTER (WHERE ttft_source = 'client') = 0 THEN 'server' ELSE 'mixed' END,
-        count(ttft_ms), avg(ttft_ms), quantile_cont(ttft_ms, [0.5, 0.9, 0.95, 0.99])
+        count(ttft_ms), favg(ttft_ms), quantile_cont(ttft_ms, [0.5, 0.9, 0.95, 0.99])
     FROM r
     UNION ALL
     SELECT 3, 'itl',
@@ -39,7 +39,7 @@ per AS (
              THEN 'client'
              WHEN count(*) FILTER (WHERE ttft_source = 'client' AND tpot_ms IS NOT NULL) = 0 THEN 'server'
              ELSE 'mixed' END,
-        count(tpot_ms), avg(tpot_ms), quantile_cont(tpot_ms, [0.5, 0.9, 0.95, 0.99])
+        count(tpot_ms), favg(tpot_ms), quantile_cont(tpot_ms, [0.5, 0.9, 0.95, 0.99])
     FROM r
 )
 SELECT metric, CASE WHEN n > 0 THEN clock END AS clock, n, mean_ms, q[1] AS p50_ms, q[2] AS p90_ms, q[3] AS p95_ms, q[4] AS p99_ms
