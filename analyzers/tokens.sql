@@ -194,7 +194,7 @@ WITH s AS (
     SELECT
         count(*) AS gaps,
         count(client_itl_ms) AS client_gaps,
-        avg(itl_ms) AS itl_mean_ms,
+        favg(itl_ms) AS itl_mean_ms,
         quantile_cont(itl_ms, [0.5, 0.9, 0.95, 0.99]) AS q,
         count(host_ms) AS host_gaps,
         sum(host_ms) AS host_sum_ms,

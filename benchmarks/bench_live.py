@@ -163,6 +163,57 @@ def keep_up(rate: float, seconds: float, tmp: Path) -> dict[str, Any]:
             "window_tokens": window_tokens}
 
 
+def view_rate(rate: float, seconds: float, servers: int, tmp: Path, refresh_s: float = 0.25) -> dict[str, Any]:
+    """The real TUI (headless, 120x40) attached to ``servers`` producers at ``rate`` tok/s each:
+    how often the analysed view changes, and how old each analysed view is when it lands."""
+    import asyncio
+
+    import analyzers  # noqa: F401  (imported before textual, as the CLI does)
+    from tracetool.live.client import ClientOptions
+    from tracetool.live.source import LiveSource
+    from tracetool.live.window import WindowSpec
+    from tracetool.tui.app import TraceApp
+
+    prods = [Producer(rate, seconds, "live", tmp / f"view-{int(rate)}-{servers}-{i}") for i in range(servers)]
+    src = LiveSource([p.address for p in prods], options=ClientOptions(history=False),
+                     window=WindowSpec(seconds=30.0), refresh_s=refresh_s).start()
+    src.wait_first(30)
+    results: list[dict[str, Any]] = []
+    runners = [threading.Thread(target=lambda p=p: results.append(p.run())) for p in prods]
+    seen: list[tuple[float, int, float, int]] = []  # (monotonic, generation, read+analyse s, window tokens)
+
+    async def drive() -> None:
+        app = TraceApp(src)
+        async with app.run_test(size=(120, 40)):
+            for t in runners:
+                t.start()
+            last = None
+            t_end = time.monotonic() + seconds
+            while time.monotonic() < t_end:
+                snap = app.snapshot
+                if snap is not None and snap is not last:
+                    doc = next(iter(snap.views.values())).doc
+                    seen.append((time.monotonic(), snap.generation, snap.elapsed_s,
+                                 int(doc["decode"]["output_tokens"] or 0)))
+                    last = snap
+                await asyncio.sleep(0.01)
+
+    try:
+        asyncio.run(drive())
+        for t in runners:
+            t.join(60)
+    finally:
+        src.close()
+        for p in prods:
+            p.finish()
+    steady = [x for x in seen if x[0] >= seen[0][0] + 2.0] if seen else []  # after a 2 s warm-up
+    span = steady[-1][0] - steady[0][0] if len(steady) > 1 else 0.0
+    return {"rate": rate, "servers": servers, "updates": len(steady),
+            "hz": (len(steady) - 1) / span if span > 0 else 0.0,
+            "analyse_s": float(np.median([x[2] for x in steady])) if steady else float("nan"),
+            "window_tokens": steady[-1][3] if steady else 0}
+
+
 def cost(rate: float, seconds: float, tmp: Path) -> list[dict[str, Any]]:
     from tracetool.live.client import ClientOptions
     from tracetool.live.source import LiveSource
@@ -190,9 +241,26 @@ def main() -> None:
     ap.add_argument("--rates", default="25000,50000,100000,200000,400000")
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--cost-rate", type=float, default=50000.0)
+    ap.add_argument("--view", default="1000x1,5000x1,1000x2",
+                    help="analysed-view runs, RATExSERVERS each (tok/s per server)")
+    ap.add_argument("--view-seconds", type=float, default=12.0)
+    ap.add_argument("--refresh-s", type=float, default=0.25, help="the viewer's refresh (tracetool attach --refresh-s)")
+    ap.add_argument("--only", choices=["keep-up", "view", "cost"], default=None)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
+        if args.only in (None, "view"):
+            print(f"analysed view: the TUI (headless, 120x40, window 30 s, refresh {args.refresh_s:g} s) attached for "
+                  f"{args.view_seconds:g} s; updates = analysed snapshots shown after a 2 s warm-up")
+            print(f"{'tok/s/server':>12} {'servers':>7} {'updates':>7} {'per s':>6} {'analyse s':>9} {'window tok':>10}  ok")
+            for spec in args.view.split(","):
+                r_, n_ = spec.split("x")
+                v = view_rate(float(r_), args.view_seconds, int(n_), tmp, args.refresh_s)
+                print(f"{v['rate']:>12,.0f} {v['servers']:>7} {v['updates']:>7} {v['hz']:>6.1f} "
+                      f"{v['analyse_s']:>9.2f} {v['window_tokens']:>10,}  {'yes' if v['hz'] >= 4 else 'no'}")
+            print()
+        if args.only == "view":
+            return
         print(f"keep-up: lag = arrival in the viewer's source - emit_ns, per token; {args.seconds:g} s per rate "
               "(p50/p99 after a 0.5 s warm-up, max over all)")
         print(f"{'target tok/s':>12} {'achieved':>10} {'received':>9} {'dropped':>8} {'p50 ms':>7} {'p99 ms':>7} "

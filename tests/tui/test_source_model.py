@@ -73,6 +73,28 @@ def test_snapshot_has_one_view_per_trace_and_all(traces: Path, chat: Path, snap:
     assert both.view("gone").label == ALL, "a view that disappeared falls back to the first"
 
 
+def test_a_live_tick_analyses_only_the_view_shown(traces: Path) -> None:
+    """only=: the combined view alone, or one trace alone, with every choice still listed."""
+    src = DirectorySource([traces])
+    combined = analyse(src, AnalysisOptions(), only=ALL)
+    assert combined is not None and list(combined.views) == [ALL]
+    assert combined.labels == [ALL, "chat", "xregion"] and combined.view(ALL).doc["requests"] == 20
+    one = analyse(src, AnalysisOptions(), only="xregion")
+    assert one is not None and list(one.views) == ["xregion"] and one.labels == [ALL, "chat", "xregion"]
+    full = analyse(src, AnalysisOptions())
+    assert full is not None
+    def body(doc: Any, path: str = "") -> dict[str, Any]:
+        """Leaves by path, floats to 9 significant digits (summation order moves the last bits)."""
+        if isinstance(doc, dict):
+            return {k: v for key, item in doc.items() if key != "traces" for k, v in body(item, f"{path}.{key}").items()}
+        if isinstance(doc, list):
+            return {k: v for i, item in enumerate(doc) for k, v in body(item, f"{path}[{i}]").items()}
+        return {path: float(f"{doc:.9g}") if isinstance(doc, float) else doc}
+
+    assert body(one.view("xregion").doc) == body(full.view("xregion").doc)
+    assert body(combined.view(ALL).doc) == body(full.view(ALL).doc)
+
+
 def test_every_story_is_judged_up_front(chat: Path, snap: Any) -> None:
     keys = [r["key"] for r in snap(chat).view(None).analysis.rows("claims")]
     assert sorted(keys) == sorted(s.key for s in stories())

@@ -9,9 +9,13 @@ Data flow (attributes down, messages up):
   :class:`TraceApp.AnalysisReady` or :class:`TraceApp.AnalysisFailed`; the
   handler sets ``snapshot`` and every screen redraws from it;
 * a live source (``source.live``) gets a timer every ``source.refresh_s``
-  seconds that calls :meth:`request_analysis`: the UI keeps running while the
-  worker analyses, and a tick that finds the worker busy asks for one more
-  run when it finishes instead of piling up threads.
+  seconds that calls :meth:`request_analysis`: the UI keeps running while
+  workers analyse. Up to :attr:`TraceApp.LIVE_PIPELINE` analyses of
+  successive snapshots run at once (DuckDB releases the GIL), so the view
+  updates at ``1 / refresh_s`` even when one analysis takes longer than a
+  tick; a result older than the one shown is dropped, and a tick that finds
+  the pipeline full asks for one more run when a worker finishes instead of
+  piling up threads.
 
 Nothing here touches DuckDB on the UI thread, and nothing in a worker touches
 a widget: workers post messages.
@@ -34,7 +38,7 @@ from textual.worker import get_current_worker
 
 from tracetool.errors import TracetoolError
 from tracetool.source import TraceSource
-from tracetool.tui.model import AnalysisOptions, Snapshot, View, analyse
+from tracetool.tui.model import ALL, AnalysisOptions, Snapshot, View, analyse
 from tracetool.tui.screens.decode import DecodeScreen
 from tracetool.tui.screens.help import HelpScreen
 from tracetool.tui.screens.hypothesis import HypothesisScreen
@@ -71,6 +75,9 @@ class TraceApp(App[int]):
         Binding("4", "switch_mode('requests')", "Requests", show=False),
         Binding("5", "switch_mode('sql')", "SQL", show=False),
     ]
+
+    #: Analyses of a live source in flight at once (a static source has one at a time).
+    LIVE_PIPELINE: ClassVar[int] = 2
 
     #: The latest analysed snapshot (None until the first analysis finishes).
     snapshot: var[Snapshot | None] = var(None)
@@ -118,7 +125,7 @@ class TraceApp(App[int]):
         self.theme = THEMES.get(theme, theme)
         self._initial = initial
         self._generation = 1 if initial is not None else 0
-        self._analysing = False
+        self._inflight = 0
         self._again = False
         #: Wall-clock marks (time.time()) of start-up phases; "painted" is added at first paint.
         self.timings = timings if timings is not None else {}
@@ -133,7 +140,8 @@ class TraceApp(App[int]):
         if isinstance(self._initial, Snapshot):
             self.snapshot = self._initial
         elif isinstance(self._initial, Future):
-            self._analysing = self.busy = True
+            self._inflight = 1
+            self.busy = True
             self._await_first(self._initial)
         else:
             self.request_analysis()
@@ -147,11 +155,11 @@ class TraceApp(App[int]):
         self.status_line = _status(self.source)
 
     def request_analysis(self, reload: bool = False) -> None:
-        """Analyse a new snapshot of the source in the worker (or once more after the running one)."""
-        if self._analysing:
+        """Analyse a new snapshot of the source in a worker (or once more when one finishes)."""
+        if self._inflight >= (self.LIVE_PIPELINE if self.source.live else 1):
             self._again = True
             return
-        self._analysing = True
+        self._inflight += 1
         self._generation += 1
         if not self.source.live or self.snapshot is None:
             self.busy = True
@@ -169,7 +177,7 @@ class TraceApp(App[int]):
             return
         self.post_message(self.AnalysisReady(snap, _status(self.source)))
 
-    @work(thread=True, exclusive=True, group="analysis", exit_on_error=False)
+    @work(thread=True, exclusive=False, group="analysis", exit_on_error=False)
     def _analyse(self, generation: int, reload: bool) -> None:
         worker = get_current_worker()
         try:
@@ -177,7 +185,8 @@ class TraceApp(App[int]):
                 again = getattr(self.source, "reload", None)
                 if callable(again):
                     again()
-            snap = analyse(self.source, self.options, generation)
+            only = (self.selected or ALL) if self.source.live else None
+            snap = analyse(self.source, self.options, generation, only=only)
         except TracetoolError as e:
             self.post_message(self.AnalysisFailed(str(e), _status(self.source), e))
             return
@@ -191,8 +200,9 @@ class TraceApp(App[int]):
         self._finished()
         self.status_line = message.status
         self.error_line = ""
-        if message.snapshot is not None:
-            if self.selected is not None and self.selected not in message.snapshot.views:
+        shown = self.snapshot
+        if message.snapshot is not None and (shown is None or message.snapshot.generation > shown.generation):
+            if self.selected is not None and self.selected not in message.snapshot.labels:
                 self.selected = None
             self.snapshot = message.snapshot
 
@@ -207,8 +217,8 @@ class TraceApp(App[int]):
         self.notify(message.error, title="analysis failed", severity="error", timeout=6)
 
     def _finished(self) -> None:
-        self._analysing = False
-        self.busy = False
+        self._inflight = max(0, self._inflight - 1)
+        self.busy = self._inflight > 0 and self.snapshot is None
         if self._again:
             self._again = False
             self.request_analysis()
@@ -244,9 +254,10 @@ class TraceApp(App[int]):
             self.notify("one trace: nothing to switch", timeout=2)
             return
         labels = self.snapshot.labels
-        current = self.current_view()
-        i = labels.index(current.label) if current is not None else -1
-        self.selected = labels[(i + 1) % len(labels)]
+        current = self.selected if self.selected in labels else labels[0]
+        self.selected = labels[(labels.index(current) + 1) % len(labels)]
+        if self.source.live:  # a live snapshot holds the view it was asked for: analyse the new one now
+            self.request_analysis()
 
     def action_reload(self) -> None:
         self.request_analysis(reload=True)

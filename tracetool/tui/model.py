@@ -63,6 +63,8 @@ class Snapshot:
         status: the source's status line when the snapshot was taken.
         elapsed_s: time spent reading and analysing, seconds.
         timings: phase -> seconds (``snapshot``, ``analyze``, ``json``).
+        choices: every view the source offers (``"all"`` and each trace), analysed or not: a
+            live snapshot analyses only the view shown (see :func:`analyse`).
     """
 
     views: dict[str, View]
@@ -71,10 +73,11 @@ class Snapshot:
     source_label: str
     elapsed_s: float
     timings: dict[str, float] = field(default_factory=dict)
+    choices: list[str] | None = None
 
     @property
     def labels(self) -> list[str]:
-        return list(self.views)
+        return list(self.choices) if self.choices else list(self.views)
 
     def view(self, label: str | None) -> View:
         """The view called ``label``, or the first one when it is gone (a live server dropped out)."""
@@ -90,8 +93,13 @@ def story_keys() -> list[str]:
     return list(CLAIMS)
 
 
-def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0) -> Snapshot | None:
+def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
+            only: str | None = None) -> Snapshot | None:
     """Take a snapshot of ``source`` and analyse it; None when a live source has no data yet.
+
+    ``only``: with several traces, analyse just this view (``"all"`` or a trace label; None:
+    every view). A live viewer passes the view it shows, so a tick costs one analysis instead of
+    one per server plus the combined one; the others are analysed when the viewer switches.
 
     Raises:
         BadInput: the traces cannot be analysed (no requests, unreadable).
@@ -105,17 +113,32 @@ def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0) 
     t1 = time.perf_counter()
     import analyzers
 
-    a = analyzers.analyze(traces, model=options.model, gpu=options.gpu, gpus=options.gpus,
-                          claims=story_keys())
-    t2 = time.perf_counter()
+    kw: dict[str, Any] = {"model": options.model, "gpu": options.gpu, "gpus": options.gpus, "claims": story_keys()}
+    choices = None
     views: dict[str, View] = {}
-    if len(a.traces) > 1:
-        views[ALL] = View(ALL, a, a.to_json())
-    for t in a.traces:  # one trace: a.traces == [a], a single view
-        views[t.label] = View(t.label, t, t.to_json())
+    if only is not None and len(traces) > 1:
+        from analyzers.connection import labels_for
+
+        labels = labels_for(traces)
+        choices = [ALL, *labels]
+        if only in labels:
+            a = analyzers.analyze(traces[labels.index(only)], **kw)
+            a.label = a.traces[0].label = only
+        else:
+            a = analyzers.analyze(traces, per_trace=False, **kw)
+        t2 = time.perf_counter()
+        views[a.label] = View(a.label, a, a.to_json())
+    else:
+        a = analyzers.analyze(traces, **kw)
+        t2 = time.perf_counter()
+        if len(a.traces) > 1:
+            views[ALL] = View(ALL, a, a.to_json())
+        for t in a.traces:  # one trace: a.traces == [a], a single view
+            views[t.label] = View(t.label, t, t.to_json())
     t3 = time.perf_counter()
     return Snapshot(views=views, generation=generation, status=status, source_label=source.label,
-                    elapsed_s=t3 - t0, timings={"snapshot": t1 - t0, "analyze": t2 - t1, "json": t3 - t2})
+                    elapsed_s=t3 - t0, timings={"snapshot": t1 - t0, "analyze": t2 - t1, "json": t3 - t2},
+                    choices=choices)
 
 
 __all__ = ["ALL", "AnalysisOptions", "Snapshot", "View", "analyse", "story_keys"]
