@@ -13,7 +13,7 @@ Two parts, each side by side in one run:
    flushes and first Arrow kernels); max is over every token. Rendering is measured separately: the time one
    ``snapshot()`` of the 30 s window plus ``analyzers.analyze()`` takes at
    the end of the run, which is what an analysed view lags by on top (the
-   header's token counts are redrawn every 0.25 s from the source). A rate
+   header's token counts are redrawn every --refresh-s from the source). A rate
    is kept up with when the viewer received every token, nothing was
    dropped, and the p99 lag is <= 250 ms.
 
@@ -163,7 +163,7 @@ def keep_up(rate: float, seconds: float, tmp: Path) -> dict[str, Any]:
             "window_tokens": window_tokens}
 
 
-def view_rate(rate: float, seconds: float, servers: int, tmp: Path, refresh_s: float = 0.25) -> dict[str, Any]:
+def view_rate(rate: float, seconds: float, servers: int, tmp: Path, refresh_s: float = 0.2) -> dict[str, Any]:
     """The real TUI (headless, 120x40) attached to ``servers`` producers at ``rate`` tok/s each:
     how often the analysed view changes, and how old each analysed view is when it lands."""
     import asyncio
@@ -244,7 +244,7 @@ def main() -> None:
     ap.add_argument("--view", default="1000x1,5000x1,1000x2",
                     help="analysed-view runs, RATExSERVERS each (tok/s per server)")
     ap.add_argument("--view-seconds", type=float, default=12.0)
-    ap.add_argument("--refresh-s", type=float, default=0.25, help="the viewer's refresh (tracetool attach --refresh-s)")
+    ap.add_argument("--refresh-s", type=float, default=0.2, help="the viewer's refresh (tracetool attach --refresh-s)")
     ap.add_argument("--only", choices=["keep-up", "view", "cost"], default=None)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
@@ -256,7 +256,7 @@ def main() -> None:
             for spec in args.view.split(","):
                 r_, n_ = spec.split("x")
                 v = view_rate(float(r_), args.view_seconds, int(n_), tmp, args.refresh_s)
-                print(f"{v['rate']:>12,.0f} {v['servers']:>7} {v['updates']:>7} {v['hz']:>6.1f} "
+                print(f"{v['rate']:>12,.0f} {v['servers']:>7} {v['updates']:>7} {v['hz']:>6.2f} "
                       f"{v['analyse_s']:>9.2f} {v['window_tokens']:>10,}  {'yes' if v['hz'] >= 4 else 'no'}")
             print()
         if args.only == "view":

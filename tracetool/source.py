@@ -41,7 +41,7 @@ class TraceSource(Protocol):
             or the address(es) of live servers.
         live: True when the traces change over time; the viewer then calls
             :meth:`snapshot` every ``refresh_s`` seconds and re-analyses.
-        refresh_s: seconds between snapshots of a live source (0.25 for 4 Hz);
+        refresh_s: seconds between snapshots of a live source (0.2 for 5 Hz);
             ignored when ``live`` is False.
     """
 

@@ -41,7 +41,7 @@ def test_live_source_is_a_trace_source_reachable_from_tracetool_source() -> None
 
     assert source_mod.LiveSource is LiveSource
     src = LiveSource(["127.0.0.1:1"])
-    assert isinstance(src, source_mod.TraceSource) and src.live and src.refresh_s == 0.25
+    assert isinstance(src, source_mod.TraceSource) and src.live and src.refresh_s == 0.2
     assert src.label == "127.0.0.1:1" and src.snapshot() == []
     src.close()
     top = _loaded("import tracetool.source")

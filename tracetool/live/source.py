@@ -35,13 +35,13 @@ class LiveSource:
         addresses: ``HOST:PORT`` of each server's live endpoint.
         options: token, TLS, backoff.
         window: what a snapshot covers (last N seconds / last N requests).
-        refresh_s: how often the viewer takes a snapshot (0.25: 4 Hz).
+        refresh_s: how often the viewer takes a snapshot (0.2: 5 Hz).
     """
 
     live = True
 
     def __init__(self, addresses: Iterable[str | Address], *, options: ClientOptions | None = None,
-                 window: WindowSpec | None = None, refresh_s: float = 0.25) -> None:
+                 window: WindowSpec | None = None, refresh_s: float = 0.2) -> None:
         self.addresses = [a if isinstance(a, Address) else parse_address(a, option="ADDR") for a in addresses]
         if not self.addresses:
             raise BadInput("no live address given")

@@ -4,7 +4,7 @@ Attributes down: the app holds the analysed :class:`~tracetool.tui.model.Snapsho
 and the selected view as reactives; each screen watches them and redraws
 itself from :meth:`TraceScreen.show_view`. A screen that is not on top marks
 itself stale and redraws when it comes back, so a live source refreshing at
-4 Hz costs only the screen the user is looking at.
+5 Hz costs only the screen the user is looking at.
 """
 
 from __future__ import annotations
