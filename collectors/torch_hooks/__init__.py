@@ -396,37 +396,31 @@ def _no_tracing() -> None:
     return None
 
 
-def _install_call(h: HookHandle, module: Any) -> None:
-    had = "_compiled_call_impl" in module.__dict__
-    call = _forward_of(h, module.forward, via_call=True)
-    module.__dict__["_compiled_call_impl"] = call
+def _set_on_instance(h: HookHandle, module: Any, name: str, value: Any) -> None:
+    """Put ``value`` in the module's instance dict under ``name``; removing the handle restores
+    what was there, unless someone replaced ours since (torch.compile filling the call slot,
+    another wrapper around the forward): then theirs stays, and ours, if still in their chain,
+    is a pass-through once ``h.active`` is False."""
+    had = name in module.__dict__
+    before = module.__dict__.get(name)
+    module.__dict__[name] = value
 
     def undo() -> None:
-        if module.__dict__.get("_compiled_call_impl") is call:
+        if module.__dict__.get(name) is value:
             if had:
-                module.__dict__["_compiled_call_impl"] = None
+                module.__dict__[name] = before
             else:
-                del module.__dict__["_compiled_call_impl"]
-        # compiled since (torch.compile replaced it): nothing of ours is left to remove
+                del module.__dict__[name]
 
     h._undo.append(undo)
+
+
+def _install_call(h: HookHandle, module: Any) -> None:
+    _set_on_instance(h, module, "_compiled_call_impl", _forward_of(h, module.forward, via_call=True))
 
 
 def _install_wrapper(h: HookHandle, module: Any) -> None:
-    had_instance_forward = "forward" in module.__dict__
-    orig = module.forward
-    wrapper = _forward_of(h, orig, via_call=False)
-    module.__dict__["forward"] = wrapper
-
-    def undo() -> None:
-        if module.__dict__.get("forward") is wrapper:
-            if had_instance_forward:
-                module.__dict__["forward"] = orig
-            else:
-                del module.__dict__["forward"]
-        # wrapped again by someone else since: stays in their chain as a pass-through (h.active is False)
-
-    h._undo.append(undo)
+    _set_on_instance(h, module, "forward", _forward_of(h, module.forward, via_call=False))
 
 
 def _install_hooks(h: HookHandle, module: Any) -> None:
