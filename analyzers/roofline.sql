@@ -94,12 +94,12 @@ agg AS (
 SELECT
     coalesce(agg.n_traces, 0) > 0 AS available,
     CASE WHEN count(DISTINCT p.kind) = 1 THEN any_value(p.kind) ELSE 'mixed' END AS kind,
-    string_agg(DISTINCT p.model, ', ') AS model,
-    string_agg(DISTINCT p.gpu, ', ') AS gpu,
+    string_agg(DISTINCT p.model, ', ' ORDER BY p.model) AS model,
+    string_agg(DISTINCT p.gpu, ', ' ORDER BY p.gpu) AS gpu,
     max(p.gpu_count)::BIGINT AS gpu_count,
-    string_agg(DISTINCT p.source, ', ') AS source,
+    string_agg(DISTINCT p.source, ', ' ORDER BY p.source) AS source,
     CASE WHEN coalesce(agg.n_traces, 0) = 0 AND bool_and(p.complete) THEN 'no decode tokens to compare'
-         ELSE string_agg(DISTINCT p.note, '; ') END AS note,
+         ELSE string_agg(DISTINCT p.note, '; ' ORDER BY p.note) END AS note,
     CASE WHEN count(DISTINCT p.weight_bytes) = 1 THEN any_value(p.weight_bytes) END AS weight_bytes,
     CASE WHEN count(DISTINCT p.kv_bytes_per_token) = 1 THEN any_value(p.kv_bytes_per_token) END AS kv_bytes_per_token,
     CASE WHEN count(DISTINCT p.mem_bw_bytes_per_s) = 1 THEN any_value(p.mem_bw_bytes_per_s) END AS mem_bw_bytes_per_s,
