@@ -70,3 +70,37 @@ async def test_app_header_moves_at_refresh_rate_and_w_slides(live_recorder: Call
         assert app.return_code == 0
     finally:
         src.close()
+
+
+@pytest.mark.anyio
+async def test_app_analyses_the_view_shown_and_t_switches_servers(live_recorder: Callable[..., Recorder]) -> None:
+    """A live tick analyses only the view on screen; t moves to the next server and analyses it."""
+    from tracetool.tui.app import TraceApp
+    from tracetool.tui.model import ALL
+
+    a, b = live_recorder("a"), live_recorder("b")
+    src = LiveSource([a.live.address, b.live.address], options=ClientOptions(backoff_s=0.1))
+    app = TraceApp(src)
+    names = [ALL, str(a.live.address), str(b.live.address)]
+    try:
+        with Traffic(a, prefix="a"), Traffic(b, prefix="b"):
+            async with app.run_test(size=(120, 40)) as pilot:
+                async def shown(label: str) -> None:
+                    for _ in range(100):
+                        snap = app.snapshot
+                        if snap is not None and snap.labels == names and list(snap.views) == [label]:
+                            return
+                        await pilot.pause(0.1)
+                    raise AssertionError(f"{label} never analysed alone: {app.snapshot and list(app.snapshot.views)}")
+
+                await shown(ALL)  # the combined view first, alone
+                assert "view all (2 traces, t)" in app.screen.query_one("StatusBar").render().plain
+                for label in [*names[1:], ALL]:
+                    await pilot.press("t")
+                    assert app.selected == label
+                    await shown(label)
+                    assert app.current_view() is not None and app.current_view().label == label
+                await pilot.press("q")
+        assert app.return_code == 0
+    finally:
+        src.close()

@@ -250,7 +250,7 @@ class TraceApp(App[int]):
             self.push_screen(HypothesisScreen(view))
 
     def action_next_trace(self) -> None:
-        if self.snapshot is None or len(self.snapshot.views) < 2:
+        if self.snapshot is None or len(self.snapshot.labels) < 2:
             self.notify("one trace: nothing to switch", timeout=2)
             return
         labels = self.snapshot.labels

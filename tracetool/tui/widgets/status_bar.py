@@ -34,15 +34,17 @@ class StatusBar(Widget):
         label = s.source_label if s else ""
         parts += [" ", (label, "bold")]
         status = self._status or (s.status if s else "")
-        if status:
-            bad = "disconnected" in status or "error" in status
-            parts += ["  ", (status, "$text-error" if bad else "$text-muted")]
+        # a live source's status (every server's state, tokens, rate) is long: it goes last, so the
+        # view shown and its counts are never the part cut off at the terminal's edge
+        late = len(status) > LATE_STATUS
+        if status and not late:
+            parts += ["  ", (status, _status_style(status))]
         if self._error:  # the error first: it is what the user needs to read
             parts += ["  ", ("⚠ " + _short_paths(self._error), "bold $text-error")]
         elif s is not None:
             view = s.view(self._selected)
-            if len(s.views) > 1:
-                parts += ["  view ", (view.label, "bold $text-accent"), (f" ({len(s.views) - 1} traces, t)", "$text-muted")]
+            if len(s.labels) > 1:  # a live snapshot holds only the view it was asked for
+                parts += ["  view ", (view.label, "bold $text-accent"), (f" ({len(s.labels) - 1} traces, t)", "$text-muted")]
             doc = view.doc
             tokens = (doc.get("decode") or {}).get("output_tokens")
             parts += ["  ", f"{fmt.count(doc.get('requests'))} requests", "  ", f"{fmt.count(tokens)} tokens"]
@@ -50,7 +52,17 @@ class StatusBar(Widget):
                 parts += ["  ", (f"{doc['failed_requests']:,} failed", "$text-error")]
         if self._busy:
             parts += ["  ", ("analysing…", "$text-warning")]
+        if status and late:
+            parts += ["  ", (status, _status_style(status))]
         return Content.assemble(*parts).truncate(self.size.width, ellipsis=True)
+
+
+#: A status longer than this is shown after the view and its counts, not before.
+LATE_STATUS = 24
+
+
+def _status_style(status: str) -> str:
+    return "$text-error" if "disconnected" in status or "error" in status else "$text-muted"
 
 
 def _short_paths(text: str) -> str:
