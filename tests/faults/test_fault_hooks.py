@@ -58,7 +58,7 @@ def _only_in(fn_name: str, real: Callable[..., Any], point: str) -> Callable[...
 
 
 # -- Hugging Face generate ------------------------------------------------------------------------
-def _steps_pack(mp: pytest.MonkeyPatch, rec: Recorder) -> None:
+def _steps_feed(mp: pytest.MonkeyPatch, rec: Recorder) -> None:
     class Broken(list):  # type: ignore[type-arg]
         def append(self, item: Any) -> None:
             raise Injected("injected at torch wrapper: steps row")
@@ -68,7 +68,7 @@ def _steps_pack(mp: pytest.MonkeyPatch, rec: Recorder) -> None:
 
 
 HF_POINTS: dict[str, Callable[[pytest.MonkeyPatch, Recorder], None]] = {
-    "torch wrapper: steps row": _steps_pack,
+    "torch wrapper: steps row": _steps_feed,
     "torch hooks: pre-forward": lambda mp, rec: mp.setattr(HookHandle, "_pre", boom("pre-forward")),
     "torch hooks: post-forward": lambda mp, rec: mp.setattr(HookHandle, "_post", boom("post-forward")),
     "generate: before the call": lambda mp, rec: mp.setattr(hf_generate, "_prepare", boom("prepare")),

@@ -123,7 +123,7 @@ def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
         choices = [ALL, *labels]
         if only in labels:
             a = analyzers.analyze(traces[labels.index(only)], **kw)
-            a.label = a.traces[0].label = only
+            a.label = only  # alone, labels_for would drop a '#2' the combined list gives
         else:
             a = analyzers.analyze(traces, per_trace=False, **kw)
         t2 = time.perf_counter()

@@ -10,6 +10,9 @@ from textual.widget import Widget
 from tracetool.tui import fmt
 from tracetool.tui.model import Snapshot
 
+#: A status longer than this is shown after the view and its counts, not before.
+LATE_STATUS = 24
+
 
 class StatusBar(Widget):
     """Source label and status, the view shown (``t`` cycles), requests and tokens, and the last error."""
@@ -56,9 +59,6 @@ class StatusBar(Widget):
             parts += ["  ", (status, _status_style(status))]
         return Content.assemble(*parts).truncate(self.size.width, ellipsis=True)
 
-
-#: A status longer than this is shown after the view and its counts, not before.
-LATE_STATUS = 24
 
 
 def _status_style(status: str) -> str:
