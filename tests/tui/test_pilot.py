@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import threading
 from concurrent.futures import Future
 from pathlib import Path
@@ -315,8 +316,11 @@ class LiveDouble:
 async def test_live_source_refreshes_in_the_worker_without_piling_up(chat: Path) -> None:
     source = LiveDouble(chat)
     app = TraceApp(source)
+    before = sys.getswitchinterval()
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
+        # attached, the UI, stream and analysis threads hand the GIL over faster
+        assert sys.getswitchinterval() == min(before, TraceApp.LIVE_SWITCH_INTERVAL_S)
         assert "waiting for data" in screen_text(app) or app.snapshot is not None
         while app.snapshot is None or app.snapshot.generation < 4:
             await pilot.pause(0.05)
@@ -330,3 +334,4 @@ async def test_live_source_refreshes_in_the_worker_without_piling_up(chat: Path)
         assert app.status_line in ("connected", "disconnected, retrying in 2 s")
         await pilot.press("q")
     assert app.return_code == 0
+    assert sys.getswitchinterval() == before, "the process's switch interval is restored"
