@@ -18,6 +18,7 @@ import click
 
 from tracetool.cli.common import emit_json, json_option, warn
 from tracetool.errors import EXIT_INTERRUPTED, BadInput, UsageError
+from tracetool.live.priority import OBSERVER_NICE, observer_priority
 from tracetool.live.protocol import TOKEN_ENV, Address, parse_address
 
 if TYPE_CHECKING:
@@ -82,13 +83,16 @@ def live_config(live: str | None, token: str | None, tls_cert: Path | None,
 @click.option("--gpus", "--tp", "gpus", type=click.IntRange(min=1), help="GPUs the model is sharded over.")
 @click.option("--theme", type=click.Choice(["dark", "light"]), default="dark", show_default=True,
               help="Colour theme (T toggles it in the app).")
+@click.option("--nice", type=click.IntRange(0, 19), default=OBSERVER_NICE, show_default=True,
+              help="Lower this viewer's CPU priority by N, so a server on the same host keeps the CPU "
+                   "it needs (0: keep the priority).")
 @click.option("--connect-timeout", type=click.FloatRange(0, min_open=True), default=5.0, show_default=True,
               help="Seconds the first contact with each server may take.")
 @json_option
 def attach(addresses: tuple[str, ...], token: str | None, tls: bool, tls_root: Path | None, window_s: float,
            window_requests: int | None, refresh_s: float, no_history: bool, record_dir: Path | None,
            duration: float | None, force: bool, model: str | None, gpu: str | None, gpus: int | None,
-           theme: str, connect_timeout: float, as_json: bool) -> int:
+           theme: str, nice: int, connect_timeout: float, as_json: bool) -> int:
     """Watch running servers live, or record their stream (ADDR is the HOST:PORT given to --live).
 
     \b
@@ -123,12 +127,13 @@ def attach(addresses: tuple[str, ...], token: str | None, tls: bool, tls_root: P
             raise BadInput(f"{tls_root}: cannot read the TLS root ({e.strerror or e})") from e
     options = ClientOptions(token=token or None, tls=tls, tls_root=root, history=not no_history,
                             connect_timeout_s=connect_timeout)
-    if record_dir is not None and duration is not None:
-        return _record(addrs, record_dir, duration, options, force, as_json)
-    if as_json:
+    if record_dir is None and as_json:
         raise UsageError("--json goes with --record (the TUI draws, it prints nothing)")
-    spec = WindowSpec(seconds=window_s or None, requests=window_requests)
-    return _watch(addrs, options, spec, refresh_s, model, gpu, gpus, theme, connect_timeout)
+    with observer_priority(nice):  # before any thread starts: they inherit it (live/priority.py)
+        if record_dir is not None and duration is not None:
+            return _record(addrs, record_dir, duration, options, force, as_json)
+        spec = WindowSpec(seconds=window_s or None, requests=window_requests)
+        return _watch(addrs, options, spec, refresh_s, model, gpu, gpus, theme, connect_timeout)
 
 
 def _watch(addrs: list[Address], options: ClientOptions, spec: WindowSpec, refresh_s: float,

@@ -45,6 +45,7 @@ import pyarrow as pa
 
 from tracetool.errors import UsageError
 from tracetool.live.config import LiveConfig
+from tracetool.live.priority import lower_priority
 from tracetool.live.protocol import TOKEN_ENV, Address, parse_address
 from tracetool.notices import say_once
 
@@ -323,6 +324,7 @@ def _read_exact(src: IO[bytes], n: int) -> bytes | None:
 def main(argv: list[str] | None = None) -> None:
     """Serve a trace fed on stdin; see the module docstring. Ends with ``os._exit``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    lower_priority()  # before any thread starts: the server it serves comes first (live/priority.py)
     from tracetool.live.server import LiveEndpoint
 
     args = sys.argv[1:] if argv is None else argv
