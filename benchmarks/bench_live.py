@@ -23,6 +23,9 @@ Two parts, each side by side in one run:
    flusher, forwarder to the endpoint process), and separately the endpoint
    process's CPU per token.
 
+The viewer's side (sources, TUI) runs niced by ``OBSERVER_NICE`` in its threads, as
+``tracetool attach`` runs by default; the producers keep the normal priority.
+
 Usage: python benchmarks/bench_live.py [--rates 25000,50000,...] [--seconds 4] [--cost-rate 50000]
 """
 
@@ -36,12 +39,14 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
 
 PRODUCER = r"""
 import json, os, sys, time
@@ -83,6 +88,29 @@ print(json.dumps({"tokens": n, "wall_s": wall, "host_cpu_s": host_cpu, "endpoint
 sys.stdin.readline()
 rec.close()
 """
+
+
+def as_viewer(fn: Callable[[], T]) -> T:
+    """Run ``fn`` in a thread niced as ``tracetool attach`` is (OBSERVER_NICE, inherited by the
+    threads it starts); the producers, started before, keep the normal priority."""
+    from tracetool.live.priority import lower_priority
+
+    out: list[T] = []
+    err: list[BaseException] = []
+
+    def run() -> None:
+        lower_priority()
+        try:
+            out.append(fn())
+        except BaseException as e:  # re-raised in the caller
+            err.append(e)
+
+    t = threading.Thread(target=run, name="viewer")
+    t.start()
+    t.join()
+    if err:
+        raise err[0]
+    return out[0]
 
 
 class Producer:
@@ -133,25 +161,31 @@ def keep_up(rate: float, seconds: float, tmp: Path) -> dict[str, Any]:
         original(self, table, batch)
 
     window_mod.ServerWindow.add = stamped  # type: ignore[method-assign]
-    src = LiveSource([prod.address], options=ClientOptions(history=False)).start()
-    try:
-        src.wait_first(30)
-        warm[0] = time.time_ns() + 500_000_000
-        res = prod.run()
-        deadline = time.monotonic() + 10
-        while received[0] < res["tokens"] and time.monotonic() < deadline:
-            time.sleep(0.05)
-        t0 = time.perf_counter()
-        traces = src.snapshot()
-        t1 = time.perf_counter()
-        import analyzers
 
-        analyzers.analyze(traces)
-        t2 = time.perf_counter()
-        dropped = sum(src.dropped[src.windows[0].label].values())
+    def view() -> tuple[dict[str, Any], list[Any], float, float, float, int]:
+        src = LiveSource([prod.address], options=ClientOptions(history=False)).start()
+        try:
+            src.wait_first(30)
+            warm[0] = time.time_ns() + 500_000_000
+            res = prod.run()
+            deadline = time.monotonic() + 10
+            while received[0] < res["tokens"] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            t0 = time.perf_counter()
+            traces = src.snapshot()
+            t1 = time.perf_counter()
+            import analyzers
+
+            analyzers.analyze(traces)
+            t2 = time.perf_counter()
+            return res, traces, t0, t1, t2, sum(src.dropped[src.windows[0].label].values())
+        finally:
+            src.close()
+
+    try:
+        res, traces, t0, t1, t2, dropped = as_viewer(view)
     finally:
         window_mod.ServerWindow.add = original  # type: ignore[method-assign]
-        src.close()
         prod.finish()
     steady = np.concatenate(lags) if lags else np.array([np.inf])
     every = np.concatenate(all_lags) if all_lags else np.array([np.inf])
@@ -175,14 +209,11 @@ def view_rate(rate: float, seconds: float, servers: int, tmp: Path, refresh_s: f
     from tracetool.tui.app import TraceApp
 
     prods = [Producer(rate, seconds, "live", tmp / f"view-{int(rate)}-{servers}-{i}") for i in range(servers)]
-    src = LiveSource([p.address for p in prods], options=ClientOptions(history=False),
-                     window=WindowSpec(seconds=30.0), refresh_s=refresh_s).start()
-    src.wait_first(30)
     results: list[dict[str, Any]] = []
     runners = [threading.Thread(target=lambda p=p: results.append(p.run())) for p in prods]
     seen: list[tuple[float, int, float, int]] = []  # (monotonic, generation, read+analyse s, window tokens)
 
-    async def drive() -> None:
+    async def drive(src: LiveSource) -> None:
         app = TraceApp(src)
         async with app.run_test(size=(120, 40)):
             for t in runners:
@@ -198,12 +229,20 @@ def view_rate(rate: float, seconds: float, servers: int, tmp: Path, refresh_s: f
                     last = snap
                 await asyncio.sleep(0.01)
 
+    def view() -> None:  # the viewer's side, niced as tracetool attach is
+        src = LiveSource([p.address for p in prods], options=ClientOptions(history=False),
+                         window=WindowSpec(seconds=30.0), refresh_s=refresh_s).start()
+        try:
+            src.wait_first(30)
+            asyncio.run(drive(src))
+        finally:
+            src.close()
+
     try:
-        asyncio.run(drive())
+        as_viewer(view)
         for t in runners:
             t.join(60)
     finally:
-        src.close()
         for p in prods:
             p.finish()
     steady = [x for x in seen if x[0] >= seen[0][0] + 2.0] if seen else []  # after a 2 s warm-up
@@ -259,33 +298,41 @@ def main() -> None:
                 print(f"{v['rate']:>12,.0f} {v['servers']:>7} {v['updates']:>7} {v['hz']:>6.2f} "
                       f"{v['analyse_s']:>9.2f} {v['window_tokens']:>10,}  {'yes' if v['hz'] >= 4 else 'no'}")
             print()
-        if args.only == "view":
-            return
-        print(f"keep-up: lag = arrival in the viewer's source - emit_ns, per token; {args.seconds:g} s per rate "
-              "(p50/p99 after a 0.5 s warm-up, max over all)")
-        print(f"{'target tok/s':>12} {'achieved':>10} {'received':>9} {'dropped':>8} {'p50 ms':>7} {'p99 ms':>7} "
-              f"{'max ms':>7} {'window tok':>10} {'snapshot s':>10} {'analyze s':>9}  ok")
-        best = 0.0
-        for rate in (float(r) for r in args.rates.split(",")):
-            r = keep_up(rate, args.seconds, tmp)
-            ok = r["received"] >= r["produced"] and r["dropped"] == 0 and r["p99_ms"] <= 250
-            if ok:
-                best = max(best, r["achieved"])
-            print(f"{r['target']:>12,.0f} {r['achieved']:>10,.0f} {r['received']:>9,} {r['dropped']:>8,} "
-                  f"{r['p50_ms']:>7.1f} {r['p99_ms']:>7.1f} {r['max_ms']:>7.1f} {r['window_tokens']:>10,} "
-                  f"{r['snapshot_s']:>10.3f} {r['analyze_s']:>9.2f}  {'yes' if ok else 'no'}")
-        print(f"highest sustained rate kept up with (p99 lag <= 250 ms, nothing dropped): {best:,.0f} tok/s")
-        print()
-        print(f"cost per token at {args.cost_rate:,.0f} tok/s for {args.seconds:g} s (host = the recording process, "
-              "all threads; endpoint = its live process)")
-        rows = cost(args.cost_rate, args.seconds, tmp)
-        base = rows[0]["host_cpu_s"] / rows[0]["tokens"] * 1e9
-        print(f"{'mode':<16} {'tokens':>9} {'host ns/tok':>11} {'vs off':>7} {'endpoint ns/tok':>15} {'dropped':>8}")
-        for r in rows:
-            host = r["host_cpu_s"] / r["tokens"] * 1e9
-            ep = r["endpoint_cpu_s"] / r["tokens"] * 1e9
-            print(f"{r['mode']:<16} {r['tokens']:>9,} {host:>11.0f} {host / base:>6.2f}x {ep:>15.0f} "
-                  f"{sum(r['writer_dropped'].values()) + r['live_dropped']:>8,}")
+        if args.only in (None, "keep-up"):
+            keep_up_part(args, tmp)
+        if args.only in (None, "cost"):
+            cost_part(args, tmp)
+
+
+def keep_up_part(args: argparse.Namespace, tmp: Path) -> None:
+    print(f"keep-up: lag = arrival in the viewer's source - emit_ns, per token; {args.seconds:g} s per rate "
+          "(p50/p99 after a 0.5 s warm-up, max over all)")
+    print(f"{'target tok/s':>12} {'achieved':>10} {'received':>9} {'dropped':>8} {'p50 ms':>7} {'p99 ms':>7} "
+          f"{'max ms':>7} {'window tok':>10} {'snapshot s':>10} {'analyze s':>9}  ok")
+    best = 0.0
+    for rate in (float(r) for r in args.rates.split(",")):
+        r = keep_up(rate, args.seconds, tmp)
+        ok = r["received"] >= r["produced"] and r["dropped"] == 0 and r["p99_ms"] <= 250
+        if ok:
+            best = max(best, r["achieved"])
+        print(f"{r['target']:>12,.0f} {r['achieved']:>10,.0f} {r['received']:>9,} {r['dropped']:>8,} "
+              f"{r['p50_ms']:>7.1f} {r['p99_ms']:>7.1f} {r['max_ms']:>7.1f} {r['window_tokens']:>10,} "
+              f"{r['snapshot_s']:>10.3f} {r['analyze_s']:>9.2f}  {'yes' if ok else 'no'}")
+    print(f"highest sustained rate kept up with (p99 lag <= 250 ms, nothing dropped): {best:,.0f} tok/s")
+    print()
+
+
+def cost_part(args: argparse.Namespace, tmp: Path) -> None:
+    print(f"cost per token at {args.cost_rate:,.0f} tok/s for {args.seconds:g} s (host = the recording process, "
+          "all threads; endpoint = its live process)")
+    rows = cost(args.cost_rate, args.seconds, tmp)
+    base = rows[0]["host_cpu_s"] / rows[0]["tokens"] * 1e9
+    print(f"{'mode':<16} {'tokens':>9} {'host ns/tok':>11} {'vs off':>7} {'endpoint ns/tok':>15} {'dropped':>8}")
+    for r in rows:
+        host = r["host_cpu_s"] / r["tokens"] * 1e9
+        ep = r["endpoint_cpu_s"] / r["tokens"] * 1e9
+        print(f"{r['mode']:<16} {r['tokens']:>9,} {host:>11.0f} {host / base:>6.2f}x {ep:>15.0f} "
+              f"{sum(r['writer_dropped'].values()) + r['live_dropped']:>8,}")
 
 
 if __name__ == "__main__":
