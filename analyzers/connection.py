@@ -24,7 +24,7 @@ from pathlib import Path
 
 import duckdb
 
-from analyzers.modules import run_all
+from analyzers.modules import DISABLED_OPTIMIZERS, SMALL_DISABLED_OPTIMIZERS, run_all
 from analyzers.params import ClaimSpec, RooflineInputs, Thresholds
 from tracetool.errors import BadInput
 from tracetool.reader import Trace, find_traces, open_trace
@@ -67,10 +67,9 @@ def labels_for(traces: Sequence[Trace]) -> list[str]:
 SINGLE_THREAD_ROWS = 100_000
 
 
-def threads_for(traces: Sequence[Trace]) -> int | None:
-    """1 for small traces (see :data:`SINGLE_THREAD_ROWS`), else None: DuckDB's default."""
-    rows = sum(t.rows(name) for t in traces for name in t.tables)
-    return 1 if rows < SINGLE_THREAD_ROWS else None
+def is_small(traces: Sequence[Trace]) -> bool:
+    """Fewer than :data:`SINGLE_THREAD_ROWS` rows in all: one thread, fewer optimizer passes."""
+    return sum(t.rows(name) for t in traces for name in t.tables) < SINGLE_THREAD_ROWS
 
 
 def connect(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | None = None,
@@ -84,7 +83,7 @@ def connect(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | Non
         thresholds: finding and claim thresholds (default: :class:`Thresholds()`).
         claims: claims to give verdicts on (see :func:`analyzers.params.parse_claim`).
         labels: trace labels (default: :func:`labels_for`).
-        threads: DuckDB worker threads (default: :func:`threads_for` the traces' size).
+        threads: DuckDB worker threads (default: 1 for small traces, see :func:`is_small`, else DuckDB's).
 
     The connection has external access disabled. The trace tables are registered on
     this connection only (a ``con.cursor()`` does not see them), and a connection is
@@ -94,7 +93,8 @@ def connect(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | Non
 
     labels = list(labels) if labels is not None else labels_for(traces)
     roof = list(roofline) if roofline is not None else [roofline_inputs(t.meta) for t in traces]
-    n = threads if threads is not None else threads_for(traces)
+    small = is_small(traces)
+    n = threads if threads is not None else (1 if small else None)
     con = duckdb.connect(":memory:", config={"threads": n} if n else {})
     for i, t in enumerate(traces):
         t.register(con, prefix=f"_t{i}_")
@@ -114,7 +114,7 @@ def connect(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | Non
     con.execute(";\n".join(script))
     _param_tables(con, traces, labels, roof, thresholds or Thresholds(), claims)
     con.execute("SET enable_external_access = false; SET python_enable_replacements = false")
-    run_all(con)
+    run_all(con, SMALL_DISABLED_OPTIMIZERS if small else DISABLED_OPTIMIZERS)
     return con
 
 
