@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.serving.conftest import Server, network_ms, span_durations, wait_ready
+from tracetool.errors import TracetoolError
 from tracetool.merge import merge_traces
 from tracetool.reader import open_trace
 from tracetool.serving.demo import server_process, stop_process
@@ -82,6 +83,14 @@ def test_request_ids_join_100_percent(server: Server, tmp_path: Path, cli) -> No
     assert r.code == 0 and "joined 5/5 client requests (100 %)" in r.out
 
 
+def flushed_tokens(trace: Path) -> int:
+    """Token rows a running server's trace already holds on disk (0 while none is flushed)."""
+    try:
+        return open_trace(trace).rows("tokens")
+    except TracetoolError:
+        return 0
+
+
 def test_server_killed_mid_stream(tmp_path: Path) -> None:
     with server_process(tmp_path / "server", "--threads", "1", "--max-batch", "4") as (url, proc):
         wait_ready(url)
@@ -93,6 +102,11 @@ def test_server_killed_mid_stream(tmp_path: Path) -> None:
         deadline = time.monotonic() + 60
         while not (len(prober.live) == 4 and all(r.token_ns for r in list(prober.live.values()))):
             assert time.monotonic() < deadline, "the four streams never all started"
+            time.sleep(0.05)
+        # and the server's writer has flushed tokens (every 1 s): a kill before that leaves a
+        # readable trace with no token rows yet, which is not what this test is about
+        while not flushed_tokens(tmp_path / "server"):
+            assert time.monotonic() < deadline, "the server never flushed a token row"
             time.sleep(0.05)
         proc.send_signal(signal.SIGKILL)
         th.join(60)
