@@ -74,7 +74,7 @@ def is_small(traces: Sequence[Trace]) -> bool:
 
 def connect(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | None = None,
             thresholds: Thresholds | None = None, claims: Sequence[ClaimSpec] = (),
-            labels: Sequence[str] | None = None, threads: int | None = None) -> duckdb.DuckDBPyConnection:
+            labels: Sequence[str] | None = None) -> duckdb.DuckDBPyConnection:
     """Register ``traces`` and run every analyzer module; returns the connection.
 
     Args:
@@ -83,7 +83,6 @@ def connect(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | Non
         thresholds: finding and claim thresholds (default: :class:`Thresholds()`).
         claims: claims to give verdicts on (see :func:`analyzers.params.parse_claim`).
         labels: trace labels (default: :func:`labels_for`).
-        threads: DuckDB worker threads (default: 1 for small traces, see :func:`is_small`, else DuckDB's).
 
     The connection has external access disabled. The trace tables are registered on
     this connection only (a ``con.cursor()`` does not see them), and a connection is
@@ -93,9 +92,8 @@ def connect(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | Non
 
     labels = list(labels) if labels is not None else labels_for(traces)
     roof = list(roofline) if roofline is not None else [roofline_inputs(t.meta) for t in traces]
-    small = is_small(traces)
-    n = threads if threads is not None else (1 if small else None)
-    con = duckdb.connect(":memory:", config={"threads": n} if n else {})
+    small = is_small(traces)  # one DuckDB thread and fewer optimizer passes
+    con = duckdb.connect(":memory:", config={"threads": 1} if small else {})
     for i, t in enumerate(traces):
         t.register(con, prefix=f"_t{i}_")
     # one script, like run_all: each DuckDB call gives up the GIL and waits to take it back

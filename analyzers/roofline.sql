@@ -98,7 +98,7 @@ agg AS (
 )
 SELECT
     coalesce(agg.n_traces, 0) > 0 AS available,
-    CASE WHEN min(p.kind) = max(p.kind) THEN any_value(p.kind) ELSE 'mixed' END AS kind,
+    CASE WHEN min(p.kind) = max(p.kind) THEN min(p.kind) ELSE 'mixed' END AS kind,
     _join_distinct(list(p.model), ', ') AS model,
     _join_distinct(list(p.gpu), ', ') AS gpu,
     max(p.gpu_count)::BIGINT AS gpu_count,
