@@ -19,6 +19,16 @@ and how many times more torch.profiler adds than the collector. Between real
 forward passes the collector's code runs with cold CPU caches, so it costs
 more there than on the null model.
 
+overhead, part 3 (the same model, step by step): one tiny Llama at a fixed
+context (the cache is cropped back after every step), each step assigned at
+random to "instrumented" (the timing slot installed), "plain" or "plain twin"
+(the slot removed; the noise reference), timed with the thread's CPU clock so
+that time the process spends descheduled on a shared machine is not counted.
+Same weights, same cache, same kv_len for every arm: what differs is only the
+collector. The figure is the difference of medians with a 95 % bootstrap
+interval. (Parts 1 and 2 compare different model objects, round by round;
+this one compares the same object step by step.)
+
 slope: the demo model (collectors.demo) on this CPU: decode step time against
 kv_len over 0-2048 context, a least-squares line (slope, r²), and the wall
 time of a 200-token generate.
@@ -147,6 +157,66 @@ def real_loop_overhead(steps: int, rounds: int) -> dict[str, list[float]]:
     return per
 
 
+def same_model_overhead(steps: int, seed: int = 0) -> tuple[dict[str, list[int]], float]:
+    """Thread-CPU ns per decode step, per arm, of one model whose arm is drawn at random each step;
+    and the writer thread's CPU ns per recorded step (converting and writing the rows off the
+    host's thread, holding the GIL for part of it), which the host thread's clock does not see."""
+    import random
+
+    from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+
+    from collectors import Recorder
+    from collectors.torch_hooks import instrument
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+                      intermediate_size=128, vocab_size=256)
+    model = LlamaForCausalLM(cfg).eval()
+    prompt = torch.randint(0, 256, (1, 128))
+    rng = random.Random(seed)
+    arms = ("plain", "plain twin", "instrumented")
+    per: dict[str, list[int]] = {a: [] for a in arms}
+    clock = time.thread_time_ns
+    with tempfile.TemporaryDirectory() as d, torch.no_grad():
+        rec = Recorder(d, max_pending_rows=50_000_000).start()
+        instrument(model, rec)
+        slot = model.__dict__.pop("_compiled_call_impl")  # the timing slot instrument() installed
+        writer_clock = time.pthread_getcpuclockid(rec.writer._thread.ident)  # type: ignore[union-attr]
+        w0 = time.clock_gettime_ns(writer_clock)
+        cache = DynamicCache()
+        out = model(input_ids=prompt, use_cache=True, **{CACHE_KW: cache})
+        tok = out.logits[:, -1:].argmax(-1)
+        for _ in range(steps):
+            arm = arms[rng.randrange(3)]
+            if arm == "instrumented":
+                model.__dict__["_compiled_call_impl"] = slot
+            else:
+                model.__dict__.pop("_compiled_call_impl", None)
+            t = clock()
+            out = model(input_ids=tok, use_cache=True, **{CACHE_KW: cache})
+            tok = out.logits[:, -1:].argmax(-1)
+            per[arm].append(clock() - t)
+            cache.crop(-1)  # back to 128 tokens: every step does the same work
+        model.__dict__.pop("_compiled_call_impl", None)
+        w1 = time.clock_gettime_ns(writer_clock)
+        f0 = clock()
+        rec.writer.flush()  # what the writer had not flushed yet, on this thread
+        writer_ns = (w1 - w0) + (clock() - f0)
+        rec.close()
+    return per, writer_ns / max(len(per["instrumented"]), 1)
+
+
+def median_diff(per: dict[str, list[int]], name: str, base: str = "plain") -> tuple[float, float, float]:
+    """Median of ``name`` minus median of ``base``, with a 95 % bootstrap interval."""
+    import random
+
+    rng = random.Random(0)
+    a, b = per[name], per[base]
+    boots = sorted(statistics.median(rng.choices(a, k=len(a))) - statistics.median(rng.choices(b, k=len(b)))
+                   for _ in range(200))
+    return statistics.median(a) - statistics.median(b), boots[5], boots[194]
+
+
 def paired(per: dict[str, list[float]], name: str, base: str = "plain") -> tuple[float, float, float]:
     """Median over rounds of (variant - base) in the same round, with a 95 % bootstrap interval."""
     import random
@@ -221,6 +291,8 @@ def main() -> None:
     ap.add_argument("--null-steps", type=int, default=2000)
     ap.add_argument("--loop-steps", type=int, default=50)
     ap.add_argument("--loop-rounds", type=int, default=160, help="rounds of the real loop (paired differences)")
+    ap.add_argument("--same-steps", type=int, default=60_000,
+                    help="steps of the same-model comparison (part 3), split at random over three arms")
     ap.add_argument("--per-point", type=int, default=24, help="decode steps timed at each kv_len (slope)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -253,6 +325,21 @@ def main() -> None:
               "(the same code run cold between real forward passes; see the twin for the noise)")
         print(f"torch.profiler (CPU) added per step on the real loop: {prof / 1000:.1f} µs: "
               f"{prof / max(real_hook, 1.0):.0f}x the collector's cost on the same loop")
+        same, writer_ns = same_model_overhead(args.same_steps)
+        print(f"\nthe same tiny Llama at kv_len 129, {args.same_steps} steps each drawn at random "
+              "(thread CPU time per step; difference of medians to plain, 95 % interval):")
+        for k, v in same.items():
+            line = f"  {k:<16} n {len(v):6}  median {statistics.median(v) / 1000:8.1f} µs"
+            if k != "plain":
+                d, lo, hi = median_diff(same, k)
+                line += f"  added {d / 1000:+6.2f} µs  ({lo / 1000:+.2f} .. {hi / 1000:+.2f})"
+            print(line)
+        same_hook = median_diff(same, "instrumented")[0]
+        total = same_hook + writer_ns
+        print(f"  writer thread: {writer_ns / 1000:.2f} µs of CPU per recorded step (off the host's thread)")
+        print(f"collector on the same model, step by step: {same_hook / 1000:+.2f} µs per step on the host's "
+              f"thread, {total / 1000:.2f} µs with the writer's; torch.profiler's {prof / 1000:.0f} µs above is "
+              f"{prof / max(total, 1.0):.0f}x that")
         print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.only in (None, "slope"):
         s = demo_slope((1, 256, 512, 768, 1024, 1280, 1536, 1792, 2047), args.per_point)
