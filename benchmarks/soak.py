@@ -30,6 +30,16 @@ it are reported.
 
     python benchmarks/soak.py                          # 10 minutes, then 6 rounds of 128 requests
     python benchmarks/soak.py --minutes 0.25 --rounds 1 --window-requests 32   # the smoke run (~1.5 min)
+    python benchmarks/soak.py --pin --rounds 12 --window-requests 64            # server side on CPU 0
+
+``--pin`` splits the machine the way a deployment is split: the three servers
+(and with them ON's live endpoint process, which inherits the affinity) run on
+CPU 0, the load generator (this process) and the viewer on CPU 1, standing in
+for the clients and the engineer's laptop on other machines. Everything the
+recorder, the NVML sampler and the live endpoint cost the server is still on
+the server's core and counted; what is left out is the viewer's and the
+probe's own CPU, which on an unpinned 2-core box lands on the server too (the
+unpinned run measures that colocated case).
 
 Prints a summary and a Markdown block for ``benchmarks/RESULTS.md``.
 Exit 0 when the books balance and no row was lost uncounted; 1 otherwise.
@@ -122,10 +132,18 @@ class Server:
         return [self.proc.pid, *kids]
 
 
-def launch(name: str, out: Path) -> Server:
+def pinned(cpus: set[int] | None) -> Any:
+    """A ``preexec_fn`` that puts the child on ``cpus`` (None: no pinning)."""
+    if cpus is None:
+        return None
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
+def launch(name: str, out: Path, cpus: set[int] | None = None) -> Server:
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO))
     proc = subprocess.Popen([sys.executable, __file__, "_serve", str(out), name], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=pinned(cpus))
     s = Server(name, proc)
     threading.Thread(target=s.read, daemon=True).start()
     return s
@@ -238,12 +256,21 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--prompt-tokens", type=int, default=64)
     ap.add_argument("--out", type=Path, default=None, help="keep the traces here (default: a temp dir)")
+    ap.add_argument("--pin", action="store_true",
+                    help="servers (and ON's live endpoint) on CPU 0; the probe and the viewer on CPU 1")
     args = ap.parse_args()
+    server_cpus = client_cpus = None
+    if args.pin:
+        if (os.cpu_count() or 1) < 2:
+            raise SystemExit("--pin needs 2 CPUs")
+        server_cpus, client_cpus = {0}, {1}
+        os.sched_setaffinity(0, client_cpus)
     out = args.out or Path(tempfile.mkdtemp(prefix="tracetool-soak-"))
     out.mkdir(parents=True, exist_ok=True)
-    print(f"soak: load average before {machine_load()}, {os.cpu_count()} CPUs; traces in {out}", flush=True)
+    pin = f"; servers on CPU {server_cpus}, probe and viewer on CPU {client_cpus}" if args.pin else ""
+    print(f"soak: load average before {machine_load()}, {os.cpu_count()} CPUs{pin}; traces in {out}", flush=True)
 
-    servers = {name: launch(name, out / name) for name in ("on", "rec", "off")}
+    servers = {name: launch(name, out / name, server_cpus) for name in ("on", "rec", "off")}
     on = servers["on"]
     viewer: subprocess.Popen[str] | None = None
     windows: list[Window] = []
@@ -256,7 +283,7 @@ def main() -> int:
         viewer = subprocess.Popen([sys.executable, "-m", "tracetool", "attach", on.live, "--record",
                                    str(out / "viewer"), "--force", "--duration", "86400", "--json"],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                  env=dict(os.environ, PYTHONPATH=str(REPO)))
+                                  env=dict(os.environ, PYTHONPATH=str(REPO)), preexec_fn=pinned(client_cpus))
         for name, s in servers.items():  # warm each (first requests pay one-time costs)
             windows.append(probe(s.url, name, args.concurrency, args))
 
