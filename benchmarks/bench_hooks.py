@@ -108,18 +108,25 @@ def null_model_overhead(steps: int, rounds: int) -> dict[str, tuple[float, float
     return res
 
 
-def real_loop_overhead(steps: int, rounds: int) -> dict[str, list[float]]:
-    """Per-step time of each round, per variant: plain, an identical plain copy (the noise
-    reference), instrumented, torch.profiler. Variants alternate order every round."""
-    from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
-
-    from collectors import Recorder
-    from collectors.torch_hooks import instrument
+def _tiny_llama() -> Any:
+    """The seeded one-layer Llama both real-loop parts decode with (vocabulary 256)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     cfg = LlamaConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
                       intermediate_size=128, vocab_size=256)
-    plain = LlamaForCausalLM(cfg).eval()
+    return LlamaForCausalLM(cfg).eval()
+
+
+def real_loop_overhead(steps: int, rounds: int) -> dict[str, list[float]]:
+    """Per-step time of each round, per variant: plain, an identical plain copy (the noise
+    reference), instrumented, torch.profiler. Variants alternate order every round."""
+    from transformers import DynamicCache
+
+    from collectors import Recorder
+    from collectors.torch_hooks import instrument
+
+    plain = _tiny_llama()
     twin = copy.deepcopy(plain)  # the same weights: the same tokens, the same work per step
     hooked = copy.deepcopy(plain)
     prompt = torch.randint(0, 256, (1, 32))
@@ -163,15 +170,12 @@ def same_model_overhead(steps: int, seed: int = 0) -> tuple[dict[str, list[int]]
     host's thread, holding the GIL for part of it), which the host thread's clock does not see."""
     import random
 
-    from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+    from transformers import DynamicCache
 
     from collectors import Recorder
     from collectors.torch_hooks import instrument
 
-    torch.manual_seed(0)
-    cfg = LlamaConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
-                      intermediate_size=128, vocab_size=256)
-    model = LlamaForCausalLM(cfg).eval()
+    model = _tiny_llama()
     prompt = torch.randint(0, 256, (1, 128))
     rng = random.Random(seed)
     arms = ("plain", "plain twin", "instrumented")

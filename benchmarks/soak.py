@@ -264,7 +264,7 @@ def main() -> int:
         if (os.cpu_count() or 1) < 2:
             raise SystemExit("--pin needs 2 CPUs")
         server_cpus, client_cpus = {0}, {1}
-        os.sched_setaffinity(0, client_cpus)
+        os.sched_setaffinity(0, client_cpus)  # the probe runs here; the viewer inherits it
     out = args.out or Path(tempfile.mkdtemp(prefix="tracetool-soak-"))
     out.mkdir(parents=True, exist_ok=True)
     pin = f"; servers on CPU {server_cpus}, probe and viewer on CPU {client_cpus}" if args.pin else ""
@@ -283,7 +283,7 @@ def main() -> int:
         viewer = subprocess.Popen([sys.executable, "-m", "tracetool", "attach", on.live, "--record",
                                    str(out / "viewer"), "--force", "--duration", "86400", "--json"],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                  env=dict(os.environ, PYTHONPATH=str(REPO)), preexec_fn=pinned(client_cpus))
+                                  env=dict(os.environ, PYTHONPATH=str(REPO)))  # pinned as this process is
         for name, s in servers.items():  # warm each (first requests pay one-time costs)
             windows.append(probe(s.url, name, args.concurrency, args))
 
