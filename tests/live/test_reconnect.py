@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.flight as flight
 import pytest
 from live_helpers import connect, free_port, produce, wait_until
 
 from collectors.recorder import Recorder
 from tracetool.live.client import CONNECTED, DISCONNECTED, ClientOptions
-from tracetool.live.protocol import parse_address
+from tracetool.live.protocol import STREAMED, parse_address
 from tracetool.reader import open_trace
+from tracetool.schema import TABLES
 
 SCRIPT = Path(__file__).parent / "scripts" / "stream_tokens.py"
 REPO = Path(__file__).resolve().parents[2]
@@ -83,3 +89,40 @@ def test_a_broken_stream_resumes_without_duplicates(live_recorder: Callable[...,
         assert len(pc.unique(keys)) == 40 == open_trace(rec.path).rows("tokens")
     finally:
         conn.stop()
+
+
+class _EndsOneByOne(flight.FlightServerBase):
+    """A server shutting down: every table's stream ends, the tokens stream last, after its final batch."""
+
+    def __init__(self) -> None:
+        super().__init__("grpc+tcp://127.0.0.1:0")
+
+    def do_action(self, context: Any, action: flight.Action) -> Any:
+        hello = {"instance": "closing", "version": 1, "tables": list(STREAMED), "meta": {}}
+        return [flight.Result(json.dumps(hello).encode())]
+
+    def do_get(self, context: Any, ticket: flight.Ticket) -> Any:
+        table = json.loads(ticket.ticket.decode())["table"]
+        schema = TABLES[table].arrow_schema
+
+        def final_batches() -> Iterator[tuple[pa.RecordBatch, bytes]]:
+            if table == "tokens":
+                time.sleep(0.5)  # still being written when the other streams have ended
+                rows = pa.Table.from_pylist([{"request_id": "r", "index": 0, "emit_ns": 5}], schema=schema)
+                yield rows.to_batches()[0], b'{"seq": 0, "dropped": 0}'
+
+        return flight.GeneratorStream(schema, final_batches())
+
+
+def test_streams_that_end_one_by_one_deliver_their_last_batches() -> None:
+    """The first table's stream to end does not cancel the others: their final batches still arrive."""
+    server = _EndsOneByOne()
+    conn, got = connect(parse_address(f"127.0.0.1:{server.port}"),
+                        ClientOptions(backoff_s=5.0, backoff_max_s=5.0))
+    try:
+        got.wait(lambda g: g.rows("tokens") == 1, "the tokens stream's last batch", deadline=10)
+        wait_until(lambda: conn.state == DISCONNECTED, "the end of the session once every stream ended")
+        assert conn.connects == 1 and "ended" in conn.reason
+    finally:
+        conn.stop()
+        server.shutdown()

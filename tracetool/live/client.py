@@ -78,7 +78,19 @@ class _Session:
         self.readers: list[Any] = []
         self.last_seen: dict[str, float] = {}
         self.dropped: dict[str, int] = {}
+        self.finished: set[str] = set()
         self.lock = threading.Lock()
+
+    def finish(self, table: str, tables: int) -> None:
+        """One table's stream ended cleanly. The session ends when every table's has: a server
+        that shuts down ends them one after another, and cancelling the rest at the first end
+        would throw away the final batches still on their way."""
+        with self.lock:
+            self.finished.add(table)
+            self.last_seen.pop(table, None)
+            done = len(self.finished) >= tables
+        if done:
+            self.fail("the server ended the stream")
 
     def fail(self, reason: str) -> None:
         with self.lock:
@@ -243,7 +255,9 @@ class ServerConnection:
                 if self._stop.is_set():
                     session.fail("stopped")
                     break
-                silent = time.monotonic() - min(session.last_seen.values())
+                with session.lock:
+                    seen = min(session.last_seen.values(), default=None)
+                silent = 0.0 if seen is None else time.monotonic() - seen
                 if silent > self.options.dead_after_s:
                     session.fail(f"no data or heartbeat for {silent:.0f} s")
             for r in list(session.readers):
@@ -275,9 +289,9 @@ class ServerConnection:
                 try:
                     chunk = reader.read_chunk()
                 except StopIteration:
-                    session.fail("the server ended the stream")
+                    session.finish(table, len(STREAMED))
                     return
-                session.last_seen[table] = time.monotonic()
+                session.last_seen[table] = time.monotonic()  # the key exists until finish() pops it
                 meta = read_meta(chunk.app_metadata)
                 if "dropped" in meta:
                     session.dropped[table] = int(meta["dropped"])
