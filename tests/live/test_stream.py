@@ -91,3 +91,22 @@ def test_off_unless_asked_and_binds_loopback(tmp_path) -> None:
         rec.close()
     assert parse_address("9000") == parse_address("127.0.0.1:9000")
     assert str(parse_address("[::1]:9000")) == "[::1]:9000"
+
+
+def test_a_stream_dropped_before_its_first_batch_gives_its_viewer_slot_back() -> None:
+    """A viewer killed while its streams open: gRPC drops a stream it never pulled from. Found by
+    the SIGKILL fault test, whose endpoint kept the dead viewer's slot for good."""
+    import gc
+
+    from live_helpers import wait_until
+
+    from tracetool.live.protocol import ticket
+    from tracetool.live.server import LiveEndpoint
+
+    ep = LiveEndpoint(LiveConfig("127.0.0.1:0", max_viewers=1))
+    stream = ep.open_stream(ticket("tokens", "v1"), "ipv4:127.0.0.1:1", None)  # type: ignore[arg-type]
+    assert ep.stats()["viewers"] == 1
+    del stream  # never iterated, as when the connection breaks first
+    gc.collect()
+    wait_until(lambda: ep.stats()["viewers"] == 0, "the slot to be given back")
+    ep.open_stream(ticket("tokens", "v2"), "ipv4:127.0.0.1:2", None)  # type: ignore[arg-type]  # not "too many"

@@ -35,6 +35,7 @@ import sys
 import threading
 import time
 import uuid
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -74,6 +75,7 @@ class _Viewer:
     dropped_rows: int = 0
     dropped_batches: int = 0
     sent_rows: int = 0
+    forgotten: bool = False
 
 
 @dataclass
@@ -273,7 +275,11 @@ class LiveEndpoint:
             v = _Viewer(viewer_id, peer, table, threading.Condition(self._lock))
             t.viewers.append(v)
         schema = TABLES[table].arrow_schema
-        return flight.GeneratorStream(schema, self._stream(v, backlog, context, _empty(schema)))
+        stream = self._stream(v, backlog, context, _empty(schema))
+        # A viewer gone before gRPC pulls the first batch leaves the generator unstarted, and an
+        # unstarted generator's ``finally`` never runs: without this its slot would stay taken.
+        weakref.finalize(stream, self._forget_unstarted, v)
+        return flight.GeneratorStream(schema, stream)
 
     def _stream(self, v: _Viewer, backlog: list[tuple[int, pa.RecordBatch]],
                 context: flight.ServerCallContext, empty: pa.RecordBatch) -> Iterator[Any]:
@@ -301,8 +307,17 @@ class LiveEndpoint:
         finally:
             self._forget(v)
 
+    def _forget_unstarted(self, v: _Viewer) -> None:
+        """The generator's finalizer: it may run inside any allocation, even one made while this
+        thread holds the lock, so the slot is given back on a thread of its own."""
+        if not v.forgotten:
+            threading.Thread(target=self._forget, args=(v,), name="tracetool-live-forget", daemon=True).start()
+
     def _forget(self, v: _Viewer) -> None:
         with self._lock:
+            if v.forgotten:
+                return
+            v.forgotten = True
             t = self._tables.get(v.table)
             if t is not None and v in t.viewers:
                 t.viewers.remove(v)
