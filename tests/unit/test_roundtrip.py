@@ -146,3 +146,59 @@ def test_small_batches_uncompressed_large_ones_lz4_in_one_stream(tmp_path: Path)
     assert t.column("index").to_pylist() == list(range(10)) + list(range(big))
     # the big batch went through LZ4: far smaller than its raw buffers
     assert len(raw) < batches[1].nbytes / 2
+
+
+def test_meta_version_goes_up_with_every_change_the_live_forwarder_must_resend(tmp_path: Path) -> None:
+    w = TraceWriter(tmp_path, max_pending_rows=1, flush_interval_s=3600).start()
+    seen = [w.meta_version]
+
+    def changed() -> bool:
+        seen.append(w.meta_version)
+        return seen[-1] > seen[-2]
+
+    w.update_meta(model={"name": "m"})
+    assert changed()
+    w.note("a note")
+    assert changed()
+    w.note("a note")  # already there: nothing changed
+    assert not changed()
+    s = w.sink("tokens")  # a new table is declared
+    assert changed()
+    s.append(("r", 0, 1, None, None, None, None, None, None))
+    s.append(("r", 1, 2, None, None, None, None, None, None))  # over the cap: dropped
+    w.flush()  # the drop count reaches meta.json
+    assert changed() and w.meta["dropped_rows"] == {"tokens": 1}
+    w.flush()
+    assert not changed()
+    w.close()
+
+
+def test_a_live_rate_writer_flushes_on_time_without_polling_between(tmp_path: Path) -> None:
+    """The flusher sleeps until a table is due: at a 0.1 s interval every row reaches the file and
+    the thread wakes about ten times a second (a quarter-interval poll woke it forty times)."""
+    import time
+
+    w = TraceWriter(tmp_path, flush_interval_s=0.1).start()
+    wakes = 0
+    real = w._next_wait
+
+    def counted() -> float:
+        nonlocal wakes
+        wakes += 1
+        return real()
+
+    w._next_wait = counted  # type: ignore[method-assign]
+    time.sleep(0.15)  # the thread picks up the counting wrapper at its next wake
+    s = w.sink("tokens")
+    t0 = time.monotonic()
+    wakes = 0
+    for i in range(20):
+        s.append(("r", i, 1, None, None, None, None, None, None))
+        time.sleep(0.05)
+    elapsed = time.monotonic() - t0
+    deadline = time.monotonic() + 2
+    while s.rows_written < 20 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    w.close()
+    assert s.rows_written == 20
+    assert wakes <= elapsed * 10 * 1.5 + 2, (wakes, elapsed)
