@@ -110,3 +110,34 @@ def test_a_stream_dropped_before_its_first_batch_gives_its_viewer_slot_back() ->
     gc.collect()
     wait_until(lambda: ep.stats()["viewers"] == 0, "the slot to be given back")
     ep.open_stream(ticket("tokens", "v2"), "ipv4:127.0.0.1:2", None)  # type: ignore[arg-type]  # not "too many"
+
+
+
+def test_meta_changes_after_start_reach_a_late_viewer(live_recorder: Callable[..., Recorder]) -> None:
+    """The forwarder re-sends meta.json only when the writer's meta_version moves: a model named,
+    a note added and a table first used after the endpoint started all reach a later hello."""
+    import json
+
+    import pyarrow.flight as flight
+    from live_helpers import wait_until
+
+    rec = live_recorder()
+    rec.writer.update_meta(model={"name": "late-model"})
+    rec.writer.note("a note added while live")
+    produce(rec, requests=1, tokens=3)
+    rec.writer.flush()
+
+    def hello() -> dict:
+        client = flight.FlightClient(rec.live.url)
+        try:
+            return json.loads(next(iter(client.do_action(flight.Action("hello", b"")))).body.to_pybytes())
+        finally:
+            client.close()
+
+    def has_it() -> bool:
+        h = hello()
+        meta = h.get("meta") or {}
+        return ((meta.get("model") or {}).get("name") == "late-model"
+                and "a note added while live" in meta.get("notes", []) and "tokens" in h.get("tables", []))
+
+    wait_until(has_it, "the new meta in the endpoint's hello", deadline=5)

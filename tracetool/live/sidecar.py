@@ -36,6 +36,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -48,6 +49,7 @@ from tracetool.live.config import LiveConfig
 from tracetool.live.priority import lower_priority
 from tracetool.live.protocol import TOKEN_ENV, Address, parse_address
 from tracetool.notices import say_once
+from tracetool.schema import TABLES
 
 if TYPE_CHECKING:
     from tracetool.writer import TraceWriter
@@ -64,12 +66,15 @@ class LiveSidecar:
         meta: the trace's ``meta.json`` body now (sent when it changes).
         tables: the tables the trace records.
         writer_dropped: the writer's own dropped rows per table.
+        meta_version: goes up when any of those three changes; the forwarder then re-sends them
+            (and once a second regardless). None: serialise and compare them on every round.
         queue_rows: rows waiting for the endpoint process at most; beyond, batches are dropped.
     """
 
     def __init__(self, config: LiveConfig, *, meta: Callable[[], Mapping[str, Any]] = dict,
                  tables: Callable[[], list[str]] = list,
-                 writer_dropped: Callable[[], Mapping[str, int]] = dict, queue_rows: int = 1_000_000) -> None:
+                 writer_dropped: Callable[[], Mapping[str, int]] = dict,
+                 meta_version: Callable[[], int] | None = None, queue_rows: int = 1_000_000) -> None:
         self.config = config
         self.address: Address = parse_address(config.address)
         self.tls = config.tls_cert is not None
@@ -88,6 +93,9 @@ class LiveSidecar:
         self._closing = False
         self._gone = False
         self._last_meta = ""
+        self._meta_version = meta_version
+        self._sent_version: int | None = None
+        self._sent_at = 0.0
 
     @property
     def url(self) -> str:
@@ -249,6 +257,11 @@ class LiveSidecar:
                 return
 
     def _send_meta(self, force: bool) -> None:
+        version = self._meta_version() if self._meta_version is not None else None
+        now = time.monotonic()
+        if not force and version is not None and version == self._sent_version and now - self._sent_at < 1.0:
+            return  # unchanged: the JSON is not built ten times a second for nothing
+        self._sent_version, self._sent_at = version, now
         try:
             doc = json.dumps({"meta": dict(self._meta()), "tables": list(self._tables()),
                               "writer_dropped": dict(self._writer_dropped())}, default=str)
@@ -273,7 +286,7 @@ def start_live(writer: TraceWriter, live: str | LiveConfig | Mapping[str, Any]) 
     """
     cfg = LiveConfig.of(live)
     ep = LiveSidecar(cfg, meta=lambda: writer.meta, tables=lambda: writer.declared,
-                     writer_dropped=lambda: writer.dropped).start()
+                     writer_dropped=lambda: writer.dropped, meta_version=lambda: writer.meta_version).start()
     writer.flush_interval_s = min(writer.flush_interval_s, cfg.flush_interval_s)
     writer.add_listener(ep.on_batch)
     token = cfg.resolved_token() is not None
@@ -302,12 +315,20 @@ def _write(pipe: IO[bytes], kind: bytes, payload: bytes | pa.Buffer) -> None:
     pipe.write(memoryview(payload))
 
 
-def _batch_bytes(table: str, batch: pa.RecordBatch) -> pa.Buffer:
-    sink = pa.BufferOutputStream()
-    sink.write(table.encode() + b"\0")
-    with pa.ipc.new_stream(sink, batch.schema) as w:
-        w.write_batch(batch)
-    return sink.getvalue()
+def _batch_bytes(table: str, batch: pa.RecordBatch) -> bytes:
+    """The table's name and the batch as one IPC message, without a schema message: both ends
+    know each table's v1 schema (the writer's batches are in it), and a one-batch stream per
+    batch cost the forwarder a schema, a writer and an end marker ten times a second per table."""
+    return table.encode() + b"\0" + batch.serialize().to_pybytes()
+
+
+def _read_batch(payload: bytes) -> tuple[str, pa.RecordBatch] | None:
+    """What :func:`_batch_bytes` wrote; None for a table this endpoint does not know."""
+    name, _, ipc = payload.partition(b"\0")
+    table = TABLES.get(name.decode())
+    if table is None:
+        return None
+    return table.name, pa.ipc.read_record_batch(pa.py_buffer(ipc), table.arrow_schema)
 
 
 # -- the endpoint process ------------------------------------------------------------------------
@@ -354,8 +375,9 @@ def main(argv: list[str] | None = None) -> None:
         if payload is None:
             break
         if kind == BATCH:
-            name, _, ipc = payload.partition(b"\0")
-            ep.on_batch(name.decode(), pa.ipc.open_stream(pa.py_buffer(ipc)).read_next_batch())
+            got = _read_batch(payload)
+            if got is not None:
+                ep.on_batch(*got)
         elif kind == META:
             state.update(json.loads(payload))
         elif kind == STATS:
