@@ -12,6 +12,7 @@ Units live in column names: ``_ns`` nanoseconds, ``_pct`` percent (0-100),
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -79,8 +80,9 @@ class Table:
                 return c
         return None
 
-    @property
+    @functools.cached_property
     def arrow_schema(self) -> pa.Schema:
+        """Built once per table (the live endpoint decodes every batch against it)."""
         return pa.schema([pa.field(c.name, c.type, nullable=not c.required) for c in self.columns])
 
 

@@ -12,8 +12,9 @@ Host side (:class:`LiveSidecar`, what ``Recorder(live=...)`` starts):
 
 * the writer's listener (:meth:`LiveSidecar.on_batch`) appends the batch to
   a bounded queue (``queue_rows``) and returns: the flusher never waits;
-* a forwarder thread writes each batch as a one-batch Arrow IPC stream into
-  the endpoint's stdin, and ``meta.json`` when it changes; a batch that does
+* a forwarder thread writes each batch as one Arrow IPC message (no schema
+  message: both ends know the v1 schemas) into the endpoint's stdin, and
+  ``meta.json`` when the writer's ``meta_version`` moves; a batch that does
   not fit the queue (the endpoint process is behind) is dropped and counted;
 * the endpoint process answers on its stdout, one JSON line each: ``ready``
   (its address) or ``error`` at start, then ``stats`` when asked.
