@@ -17,16 +17,18 @@ Two parts, each side by side in one run:
    is kept up with when the viewer received every token, nothing was
    dropped, and the p99 lag is <= 250 ms.
 
-2. **Cost per token.** The producer at a fixed rate in three modes: no live
-   endpoint, live with no viewer, live with one viewer attached. Reported:
-   the host process's CPU time per token (all its threads: hot path,
-   flusher, forwarder to the endpoint process), and separately the endpoint
-   process's CPU per token.
+2. **Cost per token.** The producer at fixed rates (a low one, where what each
+   flush costs dominates, and a high one) in four modes: no live endpoint;
+   none, but the writer flushing at the live interval (0.1 s); live with no
+   viewer; live with one viewer attached. Reported: the host process's CPU
+   time per token (all its threads: hot path, flusher, forwarder to the
+   endpoint process), the writer's and the forwarder's threads alone
+   (``pthread_getcpuclockid``), and the endpoint process's CPU per token.
 
 The viewer's side (sources, TUI) runs niced by ``OBSERVER_NICE`` in its threads, as
 ``tracetool attach`` runs by default; the producers keep the normal priority.
 
-Usage: python benchmarks/bench_live.py [--rates 25000,50000,...] [--seconds 4] [--cost-rate 50000]
+Usage: python benchmarks/bench_live.py [--rates 25000,50000,...] [--seconds 4] [--cost-rates 1600,50000]
 """
 
 from __future__ import annotations
@@ -52,7 +54,10 @@ PRODUCER = r"""
 import json, os, sys, time
 from collectors.recorder import Recorder
 rate, seconds, mode, out = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4]
-rec = Recorder(out, live="127.0.0.1:0" if mode != "off" else None).start()
+rec = Recorder(out, live="127.0.0.1:0" if mode == "live" else None).start()
+if mode == "off-fast":  # no endpoint, but the writer flushes at the live interval
+    from tracetool.live.config import LiveConfig
+    rec.writer.flush_interval_s = LiveConfig("127.0.0.1:0").flush_interval_s
 addr = str(rec.live.address) if rec.live else ""
 side = rec.live._proc.pid if rec.live else 0
 print(f"ready {addr}", flush=True)
@@ -62,6 +67,10 @@ def cpu(pid):
         parts = f.read().rsplit(")", 1)[1].split()
     return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
 side0 = cpu(side) if side else 0.0
+import threading
+clocks = {t.name: time.pthread_getcpuclockid(t.ident) for t in threading.enumerate()
+          if t.name in ("tracetool-writer", "tracetool-live-forward") and t.ident}
+th0 = {k: time.clock_gettime(c) for k, c in clocks.items()}
 c0, t0 = time.process_time(), time.perf_counter()
 n, k, per_req = 0, 0, 100
 end = t0 + seconds
@@ -82,7 +91,8 @@ wall = time.perf_counter() - t0
 host_cpu = time.process_time() - c0
 rec.writer.flush()
 side_cpu = (cpu(side) - side0) if side else 0.0
-print(json.dumps({"tokens": n, "wall_s": wall, "host_cpu_s": host_cpu, "endpoint_cpu_s": side_cpu,
+threads = {k: time.clock_gettime(c) - th0[k] for k, c in clocks.items()}
+print(json.dumps({"tokens": n, "wall_s": wall, "host_cpu_s": host_cpu, "endpoint_cpu_s": side_cpu, "threads": threads,
                   "writer_dropped": rec.writer.dropped, "live_dropped": rec.live.dropped if rec.live else 0}),
       flush=True)
 sys.stdin.readline()
@@ -258,8 +268,9 @@ def cost(rate: float, seconds: float, tmp: Path) -> list[dict[str, Any]]:
     from tracetool.live.source import LiveSource
 
     out = []
-    for mode in ("off", "live, no viewer", "live, 1 viewer"):
-        prod = Producer(rate, seconds, "off" if mode == "off" else "live", tmp / f"cost-{len(out)}")
+    kinds = {"off": "off", "off, 0.1 s flush": "off-fast", "live, no viewer": "live", "live, 1 viewer": "live"}
+    for mode, kind in kinds.items():
+        prod = Producer(rate, seconds, kind, tmp / f"cost-{len(out)}")
         src = None
         if mode == "live, 1 viewer":
             src = LiveSource([prod.address], options=ClientOptions(history=False)).start()
@@ -279,7 +290,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rates", default="25000,50000,100000,200000,400000")
     ap.add_argument("--seconds", type=float, default=4.0)
-    ap.add_argument("--cost-rate", type=float, default=50000.0)
+    ap.add_argument("--cost-rates", default="1600,50000",
+                    help="producer rates of the cost part (tok/s); at a low one the per-flush costs show")
     ap.add_argument("--view", default="1000x1,5000x1,1000x2",
                     help="analysed-view runs, RATExSERVERS each (tok/s per server)")
     ap.add_argument("--view-seconds", type=float, default=12.0)
@@ -323,16 +335,22 @@ def keep_up_part(args: argparse.Namespace, tmp: Path) -> None:
 
 
 def cost_part(args: argparse.Namespace, tmp: Path) -> None:
-    print(f"cost per token at {args.cost_rate:,.0f} tok/s for {args.seconds:g} s (host = the recording process, "
-          "all threads; endpoint = its live process)")
-    rows = cost(args.cost_rate, args.seconds, tmp)
-    base = rows[0]["host_cpu_s"] / rows[0]["tokens"] * 1e9
-    print(f"{'mode':<16} {'tokens':>9} {'host ns/tok':>11} {'vs off':>7} {'endpoint ns/tok':>15} {'dropped':>8}")
-    for r in rows:
-        host = r["host_cpu_s"] / r["tokens"] * 1e9
-        ep = r["endpoint_cpu_s"] / r["tokens"] * 1e9
-        print(f"{r['mode']:<16} {r['tokens']:>9,} {host:>11.0f} {host / base:>6.2f}x {ep:>15.0f} "
-              f"{sum(r['writer_dropped'].values()) + r['live_dropped']:>8,}")
+    for rate in (float(r) for r in args.cost_rates.split(",")):
+        print(f"cost per token at {rate:,.0f} tok/s for {args.seconds:g} s (host = the recording process, all "
+              "threads; writer, forwarder = those threads alone; endpoint = the live process, 10 ms ticks)")
+        rows = cost(rate, args.seconds, tmp)
+        base = rows[0]["host_cpu_s"] / rows[0]["tokens"] * 1e9
+        print(f"{'mode':<17} {'tokens':>9} {'host ns/tok':>11} {'vs off':>7} {'writer':>7} {'forwarder':>9} "
+              f"{'endpoint ns/tok':>15} {'dropped':>8}")
+        for r in rows:
+            per = {k: v / r["tokens"] * 1e9 for k, v in r.get("threads", {}).items()}
+            host = r["host_cpu_s"] / r["tokens"] * 1e9
+            ep = r["endpoint_cpu_s"] / r["tokens"] * 1e9
+            fwd = f"{per['tracetool-live-forward']:>9.0f}" if "tracetool-live-forward" in per else f"{'-':>9}"
+            print(f"{r['mode']:<17} {r['tokens']:>9,} {host:>11.0f} {host / base:>6.2f}x "
+                  f"{per.get('tracetool-writer', float('nan')):>7.0f} {fwd} {ep:>15.0f} "
+                  f"{sum(r['writer_dropped'].values()) + r['live_dropped']:>8,}")
+        print()
 
 
 if __name__ == "__main__":
