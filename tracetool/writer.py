@@ -506,10 +506,10 @@ class TraceWriter:
         self._flush_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._meta_dirty = False
-        #: Goes up whenever ``meta.json``'s body or the declared tables change (the live
-        #: forwarder re-sends them only then).
+        #: Goes up whenever ``meta.json``'s body or the declared tables change: the flusher
+        #: rewrites meta.json and the live forwarder re-sends it only then.
         self.meta_version = 0
+        self._meta_written = 0  # the version meta.json on disk has
         self._closed = False
         self._started = False
         self._listeners: list[Callable[[str, pa.RecordBatch], None]] = []
@@ -610,13 +610,11 @@ class TraceWriter:
         notes = self.meta.setdefault("notes", [])
         if text not in notes:
             notes.append(text)
-            self._meta_dirty = True
             self.meta_version += 1
 
     def update_meta(self, **fields: Any) -> None:
         """Set top-level ``meta.json`` fields (``model``, ``hardware``, ...)."""
         self.meta.update(fields)
-        self._meta_dirty = True
         self.meta_version += 1
 
     @property
@@ -692,10 +690,10 @@ class TraceWriter:
             wrote |= self._flush_sink(name, sink)
         if wrote:
             self.interner.collect()
-        drops = self.dropped
-        if drops != self.meta.get("dropped_rows") or self._meta_dirty:
+        if self.dropped != self.meta.get("dropped_rows"):
             self._update_drops()
-            self._meta_dirty = False
+        if self.meta_version != self._meta_written:
+            self._meta_written = self.meta_version
             if self.failed is None:
                 self._guard(lambda: write_meta(self.directory, self.meta))
 

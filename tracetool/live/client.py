@@ -78,17 +78,15 @@ class _Session:
         self.readers: list[Any] = []
         self.last_seen: dict[str, float] = {}
         self.dropped: dict[str, int] = {}
-        self.finished: set[str] = set()
         self.lock = threading.Lock()
 
-    def finish(self, table: str, tables: int) -> None:
+    def finish(self, table: str) -> None:
         """One table's stream ended cleanly. The session ends when every table's has: a server
         that shuts down ends them one after another, and cancelling the rest at the first end
         would throw away the final batches still on their way."""
         with self.lock:
-            self.finished.add(table)
-            self.last_seen.pop(table, None)
-            done = len(self.finished) >= tables
+            self.last_seen.pop(table, None)  # every table's stream has a key until it ends
+            done = not self.last_seen
         if done:
             self.fail("the server ended the stream")
 
@@ -289,7 +287,7 @@ class ServerConnection:
                 try:
                     chunk = reader.read_chunk()
                 except StopIteration:
-                    session.finish(table, len(STREAMED))
+                    session.finish(table)
                     return
                 session.last_seen[table] = time.monotonic()  # the key exists until finish() pops it
                 meta = read_meta(chunk.app_metadata)
