@@ -10,8 +10,10 @@ Design (measured in ``benchmarks/bench_writer.py``):
   :class:`Interner`; a null travels as :data:`tracetool.schema.INT_NULL`.
 * Tables with float columns (gpu) buffer Python tuples; they are low-rate.
 * A background thread drains the buffers at least every ``flush_interval_s``
-  and whenever ``flush_rows`` rows are pending, turns them into Arrow record
-  batches (numpy views, no per-value Python work) and appends them to
+  and whenever ``flush_rows`` rows are pending (it sleeps until one of those is
+  due at the rows' present rate, at most a second while nothing is pending),
+  turns them into Arrow record batches (numpy views, no per-value Python work)
+  and appends them to
   ``<table>.arrows`` (Arrow IPC stream). Each batch goes out in one ``write``,
   so a killed process leaves a readable prefix.
 * When a table has ``max_pending_rows`` rows waiting, new rows are dropped and
@@ -102,6 +104,8 @@ class Sink:
         self.dropped = 0
         self.rows_written = 0
         self.last_flush = time.monotonic()
+        #: rows per second up to the last flush: when the next one is due (TraceWriter._next_wait)
+        self.rate = 0.0
         self._batches: list[pa.RecordBatch] = []
         self._feeds: list[tuple[list[Any], Callable[[list[Any]], Mapping[str, Any]]]] = []
 
@@ -297,6 +301,8 @@ _INT_RANGES = {bits: (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) for bits in (8,
 _NP_INTS = {8: np.int8, 16: np.int16, 32: np.int32}
 #: String columns of at most this many rows are looked up row by row (see PackedSink._strings).
 SMALL_STRING_ROWS = 512
+#: The longest the flusher sleeps while no table has rows pending (see TraceWriter._next_wait).
+QUIET_WAIT_S = 1.0
 
 
 def _int_array(values: np.ndarray, type_: pa.DataType, null: np.ndarray | None) -> pa.Array:
@@ -661,16 +667,30 @@ class TraceWriter:
                     self._flush_all(force=False)
 
     def _next_wait(self) -> float:
-        """Sleep until the first table with rows pending is due, looking in at least every 0.1 s
-        (for ``flush_rows``; and for the first rows after a quiet spell, which are due at once).
-        A fixed poll of a quarter interval woke a live recording (0.1 s) 40 times a second, for
-        10 flushes; each wake-up on a cold cache costs tens of µs, which the server pays."""
+        """Sleep until the first table with rows pending is due, or until rows arriving at their
+        present rate would reach ``flush_rows``, and at most
+        :data:`QUIET_WAIT_S` when nothing is pending (the first rows after a quiet spell are due
+        at once: they wait for the next look-in).
+
+        Every wake-up costs the process CPU even when there is nothing to do: tens of µs on a
+        cold cache, ~80 µs on the 2-vCPU VM of benchmarks/RESULTS.md. A fixed 0.1 s poll woke an
+        idle file recording ten times a second (1.9 ms of CPU per second, more than the rows it
+        wrote cost); a live recording (0.1 s interval) still wakes ten times a second to flush."""
         interval = self.flush_interval_s
-        wait = min(0.1, interval)
+        wait = min(QUIET_WAIT_S, interval)
         now = time.monotonic()
         for sink in list(self._sinks.values()):
-            if sink.pending():
-                wait = min(wait, sink.last_flush + interval - now)
+            pending = sink.pending()
+            rate, sink.rate = sink.rate, 0.0  # the last flush's rate: used once, just after it
+            if pending:
+                since = now - sink.last_flush
+                wait = min(wait, interval - since)
+                if pending >= self.flush_rows:
+                    wait = 0.0
+                elif since > 0:
+                    rate = max(rate, pending / since)
+            if rate > 0:
+                wait = min(wait, (self.flush_rows - pending) / rate)
         return max(0.002, wait)
 
     def _flush_all(self, force: bool) -> None:
@@ -684,8 +704,9 @@ class TraceWriter:
             (p := sink.pending()) and (p >= self.flush_rows or now - sink.last_flush >= self.flush_interval_s)
             for _, sink in sinks)
         for name, sink in sinks:
-            if not force or not sink.pending():
+            if not force or not (pending := sink.pending()):
                 continue
+            sink.rate = pending / max(now - sink.last_flush, 1e-3)
             sink.last_flush = now
             wrote |= self._flush_sink(name, sink)
         if wrote:

@@ -202,3 +202,64 @@ def test_a_live_rate_writer_flushes_on_time_without_polling_between(tmp_path: Pa
     w.close()
     assert s.rows_written == 20
     assert wakes <= elapsed * 10 * 1.5 + 2, (wakes, elapsed)
+
+
+def _count_wakes(w: TraceWriter) -> list[int]:
+    """Count the flusher's wake-ups from now on (it picks the wrapper up at its next wake)."""
+    wakes = [0]
+    real = w._next_wait
+
+    def counted() -> float:
+        wakes[0] += 1
+        return real()
+
+    w._next_wait = counted  # type: ignore[method-assign]
+    return wakes
+
+
+def test_an_idle_writer_looks_in_about_once_a_second(tmp_path: Path) -> None:
+    """Nothing pending: the flusher sleeps up to a second (a 0.1 s poll woke it ten times a
+    second, each wake-up costing CPU the host pays); the first rows after the quiet spell still
+    reach the file within about a second."""
+    import time
+
+    w = TraceWriter(tmp_path).start()  # default interval: 1 s
+    wakes = _count_wakes(w)
+    time.sleep(1.2)  # the wrapper is in place after the first wake
+    wakes[0] = 0
+    time.sleep(3.0)
+    idle = wakes[0]
+    s = w.sink("tokens")
+    s.append(("r", 0, 1, None, None, None, None, None, None))
+    t0 = time.monotonic()
+    while s.rows_written < 1 and time.monotonic() - t0 < 5:
+        time.sleep(0.01)
+    waited = time.monotonic() - t0
+    w.close()
+    assert idle <= 5, idle
+    assert s.rows_written == 1 and waited < 1.5, waited
+
+
+def test_rows_arriving_fast_are_flushed_near_flush_rows(tmp_path: Path) -> None:
+    """The flusher wakes when rows at their present rate reach flush_rows, not only at the
+    interval: at ~4,000 rows a second and flush_rows=400 no batch after the first grows far
+    past 400 rows, though the interval (10 s) never comes due."""
+    import time
+
+    import pyarrow.ipc as ipc
+
+    w = TraceWriter(tmp_path, flush_rows=400, flush_interval_s=10.0).start()
+    s = w.sink("tokens")
+    t0 = time.monotonic()
+    i = 0
+    while time.monotonic() - t0 < 2.0:
+        for _ in range(40):
+            s.append(("r", i, 1, None, None, None, None, None, None))
+            i += 1
+        time.sleep(0.01)
+    w.close()
+    with ipc.open_stream(tmp_path / "tokens.arrows") as r:
+        sizes = [b.num_rows for b in r]
+    assert sum(sizes) == i
+    assert len(sizes) >= i // 400 // 2, sizes
+    assert max(sizes[1:-1]) <= 400 * 3, sizes
