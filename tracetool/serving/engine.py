@@ -334,15 +334,16 @@ class Engine:
             sid, s0, s1, batch = step
             h.token(index, kv, emit, s0, s1, batch, sid)
         elif step is not None:
-            # after sampling read the logits, so on CUDA the step's events are complete; a failure
-            # of the collectors (a CUDA event that cannot be read) costs the step columns, not the request
-            steps = self.recorder.guard(self._hooks.steps, [step.raw], where="engine step")
-            s = steps[0] if steps else None
-            if s is None:
-                h.token(index, kv, emit)
-            else:
-                h.token(index, kv, emit, NULL if s.start_ns is None else s.start_ns,
-                        NULL if s.end_ns is None else s.end_ns, s.batch, s.step_id)
+            cols = step.cols
+            if cols is None:  # the batch's first token: resolve the step once for all of them
+                # after sampling read the logits, so on CUDA the step's events are complete; a failure
+                # of the collectors (a CUDA event that cannot be read) costs the step columns, not the request
+                steps = self.recorder.guard(self._hooks.steps, [step.raw], where="engine step")
+                s = steps[0] if steps else None
+                cols = step.cols = (NULL, NULL, NULL, NULL) if s is None else (
+                    NULL if s.start_ns is None else s.start_ns, NULL if s.end_ns is None else s.end_ns,
+                    s.batch, s.step_id)
+            h.token(index, kv, emit, *cols)
         else:
             h.token(index, kv, emit)
         if prefill_start is not None:
@@ -405,12 +406,14 @@ class Engine:
 
 
 class _Raw:
-    """A captured raw step of the torch hooks (turned into a ``Step`` after sampling)."""
+    """A captured raw step of the torch hooks, turned into the token rows' step columns once,
+    after sampling, for every token of the batch (``cols``: None until then)."""
 
-    __slots__ = ("raw",)
+    __slots__ = ("cols", "raw")
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw
+        self.cols: tuple[int, int, int, int] | None = None
 
 
 def _cut_at_stop(text: str, delta: str, stops: list[str]) -> tuple[str, bool]:
