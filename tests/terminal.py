@@ -31,10 +31,13 @@ class Tmux:
         for k in keys:
             self.run("send-keys", "-t", self.target, k)
 
-    def wait_for(self, what: Callable[[str], bool] | str, description: str | None = None,
+    def wait_for(self, what: Callable[[str], bool] | str | tuple[str, ...], description: str | None = None,
                  deadline: float = DEADLINE_S) -> str:
-        """Poll the pane until ``what`` (a text it contains, or a test) holds; the pane's text."""
-        test = (lambda text: what in text) if isinstance(what, str) else what
+        """Poll the pane until ``what`` (a text it contains, every text of a tuple, or a test) holds;
+        the pane's text. Wait for all a check reads in one call: tmux can show a frame part-written,
+        so one text on screen does not mean its neighbours are there yet."""
+        texts = (what,) if isinstance(what, str) else what
+        test = (lambda text: all(t in text for t in texts)) if isinstance(texts, tuple) else what
         end = time.monotonic() + deadline
         text = ""
         while time.monotonic() < end:

@@ -32,24 +32,23 @@ def test_tui_in_a_real_terminal(tmux: Tmux, chat: Path, tmp_path: Path) -> None:
     command = f"{sys.executable} -m tracetool tui {chat}; echo $? > {status}; sleep 30"
     tmux.run("new-session", "-d", "-s", "tui", "-x", "120", "-y", "40", command)
     tmux.wait_for("decode is the bottleneck: 92.2 % of e2e")
-    first = tmux.wait_for("✗ network RTT")  # the Diagnosis panel, beside the waterfall at 120 columns
-    assert "Where the time went" in first and "Diagnosis · the usual suspects" in first
-    assert "1 Overview" in first and "q Quit" in first and "✓ decode" in first
+    # the Diagnosis panel, beside the waterfall at 120 columns
+    tmux.wait_for(("✗ network RTT", "Where the time went", "Diagnosis · the usual suspects", "1 Overview",
+                   "q Quit", "✓ decode"))
     assert tmux.run("display", "-p", "-t", "tui", "#{window_width}x#{window_height}").strip() == "120x40"
     tmux.keys("2")
-    assert "ITL over token index" in tmux.wait_for("x: kv_len (tokens)")
+    tmux.wait_for(("x: kv_len (tokens)", "ITL over token index"))
     tmux.keys("4")
     tmux.wait_for("chat-05")
     tmux.keys("Enter")
-    detail = tmux.wait_for("client.request")
-    assert "request  chat-05" in detail and "server.request" in detail
+    tmux.wait_for(("client.request", "request  chat-05", "server.request"))
     # Escape and the next key must not arrive together (ESC + h reads as Alt+h, as in any terminal).
     tmux.keys("Escape")
     tmux.wait_for("enter opens one")
     tmux.keys("h")
     tmux.wait_for("Test a hypothesis")
     tmux.keys("Down", "Enter")
-    assert "MISDIAGNOSIS" in tmux.wait_for("MISDIAGNOSIS")
+    tmux.wait_for("MISDIAGNOSIS")
     tmux.keys("Escape")
     tmux.wait_for(lambda text: "Test a hypothesis" not in text)
     tmux.keys("5")
@@ -57,7 +56,7 @@ def test_tui_in_a_real_terminal(tmux: Tmux, chat: Path, tmp_path: Path) -> None:
     for ch in "SELECT count(*) AS n FROM tokens":
         tmux.keys(ch if ch != " " else "Space")
     tmux.keys("Enter")
-    assert "2680" in tmux.wait_for(lambda text: "1 rows" in text).replace(",", "")
+    tmux.wait_for(lambda text: "1 rows" in text and "2680" in text.replace(",", ""))
     tmux.keys("Escape")
     tmux.wait_for(lambda text: "Stop / leave input" in text and "Quit" in text)  # the input let go of the keys
     tmux.keys("q")
