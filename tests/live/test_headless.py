@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from live_helpers import Traffic, free_port, produce
+from live_helpers import DEADLINE_S, Traffic, free_port, produce, wait_until
 
 from collectors.recorder import Recorder
 from tracetool.live.config import LiveConfig
@@ -86,3 +86,39 @@ def test_record_errors_are_one_line_with_exit_codes(live_recorder: Callable[...,
     assert cli("attach", "host:99999").code == 2
     r = cli("attach", "127.0.0.1:1")  # the TUI needs a terminal; pytest has none
     assert r.code == 2 and "interactive terminal" in r.err
+
+
+@pytest.mark.slow
+def test_sigterm_ends_a_recording_saved_like_ctrl_c(live_recorder: Callable[..., Recorder], tmp_path: Path) -> None:
+    """``kill``, ``timeout`` or a cancelled CI job sends SIGTERM: the recording stops early, saved
+    (closed, every received row written), exit 130 as after Ctrl-C."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    rec = live_recorder()
+    produce(rec, 3, 10, prefix="before")
+    out = tmp_path / "copy"
+    with Traffic(rec, tokens=10):
+        p = subprocess.Popen([sys.executable, "-m", "tracetool", "attach", str(rec.live.address), "--record",
+                              str(out), "--duration", "600", "--json"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_until(lambda: (out / "tokens.arrows").exists(), "the recording's tokens file")
+            time.sleep(1.5)  # the history and some live rows arrive
+            t0 = time.monotonic()
+            p.send_signal(signal.SIGTERM)
+            stdout, stderr = p.communicate(timeout=DEADLINE_S)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert time.monotonic() - t0 < 30, "SIGTERM did not end the recording promptly"
+    assert p.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    doc = json.loads(stdout)
+    assert doc["interrupted"] is True
+    t = open_trace(out)
+    assert t.meta["closed"] is True
+    assert t.rows("tokens") == doc["servers"][0]["rows"]["tokens"] >= 30

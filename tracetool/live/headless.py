@@ -16,9 +16,11 @@ analyzers' dropped-rows finding covers them.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,20 +143,44 @@ def record_live(addresses: Sequence[Address], out: Path, duration_s: float, *,
     interrupted = False
     for r in recs:
         r.conn.start()
-    try:
-        stop.wait(duration_s)
-    except KeyboardInterrupt:
-        interrupted = True
-    elapsed = time.monotonic() - t0
-    for r in recs:
-        r.conn.stop()
-    for r in recs:
-        _finish(r, elapsed, opts)
+    with _stop_on_sigterm(stop) as terminated:  # installed while saving too: a second TERM waits
+        try:
+            stop.wait(duration_s)
+        except KeyboardInterrupt:
+            interrupted = True
+        interrupted = interrupted or bool(terminated)
+        elapsed = time.monotonic() - t0
+        for r in recs:
+            r.conn.stop()
+        for r in recs:
+            _finish(r, elapsed, opts)
     result = RecordResult(out, [r.rec for r in recs], elapsed, interrupted)
     if progress is not None:
         for s in result.servers:
             progress(_summary(s))
     return result
+
+
+@contextmanager
+def _stop_on_sigterm(stop: threading.Event) -> Iterator[list[int]]:
+    """SIGTERM (``kill``, ``timeout``, a CI job cancelled, ``docker stop``) ends the recording the
+    way Ctrl-C does, saved first, instead of killing the process with its last rows unwritten.
+    Yields a list that holds the signal once one came. Only the main thread can take signals:
+    elsewhere (a caller's thread) nothing is installed."""
+    got: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield got
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        got.append(signum)
+        stop.set()
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield got
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def _finish(r: _Recorder, elapsed: float, opts: ClientOptions) -> None:
