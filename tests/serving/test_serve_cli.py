@@ -87,3 +87,36 @@ def test_demo_writes_a_trace_and_prints_the_analysis(tmp_path: Path) -> None:
     t = open_trace(out)
     assert t.meta["merge"]["joined"] == 4 and t.rows("clock_offsets") == 4
     assert {"client.request", "server.request", "prefill", "decode"} <= set(t.table("spans").column("name").to_pylist())
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_probe_with_its_trace_closed(tmp_path: Path) -> None:
+    """``kill`` or ``timeout`` on ``tracetool probe -o``: the run stops as after Ctrl-C, exit 130,
+    and the client trace is closed and valid, every finished request in it."""
+    import time
+
+    from tracetool.serving.demo import server_process
+
+    out = tmp_path / "client"
+    with server_process(tmp_path / "server", "--threads", "1") as (url, _):
+        p = subprocess.Popen([sys.executable, "-m", "tracetool", "probe", url, "-n", "5000", "--concurrency", "2",
+                              "--max-tokens", "8", "-q", "-o", str(out)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            end = time.monotonic() + 120
+            while not (out / "requests.arrows").exists():
+                assert time.monotonic() < end and p.poll() is None, "the probe wrote no trace"
+                time.sleep(0.1)
+            time.sleep(1.0)  # some requests finish
+            p.send_signal(signal.SIGTERM)
+            _, stderr = p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert p.returncode == 130, stderr
+    assert "Traceback" not in stderr and "interrupted" in stderr
+    t = open_trace(out, strict=True)
+    assert t.meta["closed"] is True
+    assert 0 < t.rows("requests") < 5000
+    assert run_tracetool("validate", out).returncode == 0

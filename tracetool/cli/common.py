@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import click
@@ -34,6 +37,31 @@ def _default(o: Any) -> Any:
 def warn(message: str) -> None:
     """A diagnostic line on stderr (stdout is data)."""
     print(f"tracetool: {message}", file=sys.stderr)
+
+
+@contextmanager
+def sigterm_as_ctrl_c() -> Iterator[None]:
+    """While inside, SIGTERM (``kill``, ``timeout``, a cancelled CI job) does what Ctrl-C does:
+    the SIGINT handler in force runs (asyncio's cancels the run, Python's raises
+    KeyboardInterrupt), so the same clean-up saves the trace and the command exits 130; where
+    SIGINT is ignored (a background job of a script) it raises KeyboardInterrupt itself.
+    Only the main thread takes signals: elsewhere nothing is installed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        on_int = signal.getsignal(signal.SIGINT)
+        if callable(on_int):
+            on_int(signal.SIGINT, frame)
+        else:
+            raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def fmt_int(n: int | None) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from tracetool.cli.attach_cmd import live_config, live_options
-from tracetool.cli.common import emit_json, json_option, warn
+from tracetool.cli.common import emit_json, json_option, sigterm_as_ctrl_c, warn
 from tracetool.cli.samplers import chosen_samplers, sampler_options
 from tracetool.errors import UsageError
 
@@ -150,7 +150,8 @@ def probe(url: str, n: int, concurrency: int, rate: float | None, prompt_tokens:
                       prompt_file=prompt_file, max_tokens=max_tokens, chat=chat, model=model, api_key=api_key,
                       timeout_s=timeout, seed=seed, ignore_eos=ignore_eos, include_usage=not no_usage,
                       out=output, progress=not quiet)
-    result = run_probe(cfg)
+    with sigterm_as_ctrl_c():  # stopped early either way, the trace is closed first
+        result = run_probe(cfg)
     report = probe_report(result)
     if as_json:
         emit_json(report)
