@@ -1,6 +1,6 @@
 """Load and soak: `tracetool serve` under `tracetool probe` at concurrency 32, recording everything.
 
-Three servers of the demo model run side by side, each in its own process
+Four servers of the demo model run side by side, each in its own process
 with one torch thread:
 
 * **ON**: the recorder, the NVML sampler at 10 Hz fed by the **scripted NVML
@@ -10,7 +10,10 @@ with one torch thread:
   the live endpoint with a ``tracetool attach --record`` viewer attached the
   whole time;
 * **REC**: the recorder alone (no NVML, no live endpoint);
-* **OFF**: ``--no-record``: the same collectors installed but switched off.
+* **OFF**: ``--no-record``: the same collectors installed but switched off;
+* **TWIN**: a second OFF, the A/A arm: TWIN/OFF is what two identical servers
+  differ by on this machine (process placement, memory layout, the load's
+  luck), the noise floor the ON/OFF and REC/OFF ratios are read against.
 
 Phase 1, the soak: the probe keeps ``--concurrency`` requests in flight on ON
 for ``--minutes``; the server's RSS (and its live endpoint process's) is
@@ -18,9 +21,11 @@ sampled every 2 s and fitted by least squares after a warm-up (the first
 fifth), giving the slope in MiB/min.
 
 Phase 2, the cost: ``--rounds`` rounds of one window of ``--window-requests``
-requests on each server, same load, in rotating order (each server goes first,
-middle and last equally often, so drift cancels); the ratios ON/OFF and
-REC/OFF of output tokens per second per round, with median and spread.
+requests on each server, same load, in rotating order (a balanced Latin
+square: each server takes each place once in four rounds and follows each other
+server once, so drift and carry-over cancel); the ratios ON/OFF, REC/OFF and
+TWIN/OFF of output tokens per second per round, and of server CPU per token,
+with median and spread.
 
 At the end the servers get SIGTERM (traces closed), and the books are
 balanced: tokens the probe received from each server equal the tokens it says
@@ -28,11 +33,11 @@ it generated, which equal the token rows in its trace plus the rows dropped
 (``meta.json``); the viewer's saved rows and the rows the stream dropped for
 it are reported.
 
-    python benchmarks/soak.py                          # 10 minutes, then 6 rounds of 128 requests
+    python benchmarks/soak.py                          # 10 minutes, then 8 rounds of 128 requests
     python benchmarks/soak.py --minutes 0.25 --rounds 1 --window-requests 32   # the smoke run (~1.5 min)
     python benchmarks/soak.py --pin --rounds 12 --window-requests 64            # server side on CPU 0
 
-``--pin`` splits the machine the way a deployment is split: the three servers
+``--pin`` splits the machine the way a deployment is split: the four servers
 (and with them ON's live endpoint process, which inherits the affinity) run on
 CPU 0, the load generator (this process) and the viewer on CPU 1, standing in
 for the clients and the engineer's laptop on other machines. Everything the
@@ -93,7 +98,7 @@ def serve_main(argv: list[str]) -> int:
         SAMPLERS["nvml"] = SamplerSpec("__main__:start_nvml_double", 10.0, "scripted NVML double (soak only)")
         samplers = {"nvml": 10.0}
         live = LiveConfig("127.0.0.1:0")
-    cfg = ServeConfig(out=out, port=0, threads=1, force=True, samplers=samplers, live=live, record=mode != "off")
+    cfg = ServeConfig(out=out, port=0, threads=1, force=True, samplers=samplers, live=live, record=mode not in ("off", "twin"))
     return run_server(cfg)
 
 
@@ -242,16 +247,20 @@ def machine_load() -> str:
 
 
 # -- the run ------------------------------------------------------------------------------------------
-#: Window orders of the cost phase, cycled: every server goes first, middle and last equally often.
-ORDERS = [("on", "rec", "off"), ("off", "on", "rec"), ("rec", "off", "on"),
-          ("off", "rec", "on"), ("on", "off", "rec"), ("rec", "on", "off")]
+#: The servers, the A/A twin of OFF last.
+NAMES = ("on", "rec", "off", "twin")
+#: Window orders of the cost phase, cycled: a balanced Latin square (Williams design) of the four
+#: servers: in four rounds each takes each place once and directly follows each other one once.
+ORDERS = [("on", "rec", "twin", "off"), ("rec", "off", "on", "twin"),
+          ("off", "twin", "rec", "on"), ("twin", "on", "off", "rec")]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=10.0, help="length of the soak phase on ON")
     ap.add_argument("--concurrency", type=int, default=32)
-    ap.add_argument("--rounds", type=int, default=6, help="rounds of the cost phase (one window per server)")
+    ap.add_argument("--rounds", type=int, default=8,
+                    help="rounds of the cost phase (one window per server; a multiple of 4 balances the order)")
     ap.add_argument("--window-requests", type=int, default=128, help="requests per cost-phase window")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--prompt-tokens", type=int, default=64)
@@ -270,7 +279,7 @@ def main() -> int:
     pin = f"; servers on CPU {server_cpus}, probe and viewer on CPU {client_cpus}" if args.pin else ""
     print(f"soak: load average before {machine_load()}, {os.cpu_count()} CPUs{pin}; traces in {out}", flush=True)
 
-    servers = {name: launch(name, out / name, server_cpus) for name in ("on", "rec", "off")}
+    servers = {name: launch(name, out / name, server_cpus) for name in NAMES}
     on = servers["on"]
     viewer: subprocess.Popen[str] | None = None
     windows: list[Window] = []
@@ -299,19 +308,22 @@ def main() -> int:
 
         for i in range(args.rounds):
             got = {}
-            for name in ORDERS[i % 6]:
+            for name in ORDERS[i % len(ORDERS)]:
                 c0 = cpu_seconds(servers[name].pids())
                 got[name] = probe(servers[name].url, name, args.window_requests, args)
                 got[name].cpu_s = cpu_seconds(servers[name].pids()) - c0
             windows += got.values()
-            print(f"cost: round {i + 1}: " + ", ".join(f"{n.upper()} {got[n].tok_s:.1f}" for n in ("on", "rec", "off"))
-                  + f" tok/s; ON/OFF {got['on'].tok_s / got['off'].tok_s:.3f}, "
-                  f"REC/OFF {got['rec'].tok_s / got['off'].tok_s:.3f}; server CPU ms/token "
-                  + ", ".join(f"{n.upper()} {got[n].cpu_ms_per_token:.2f}" for n in ("on", "rec", "off")), flush=True)
+            print(f"cost: round {i + 1}: " + ", ".join(f"{n.upper()} {got[n].tok_s:.1f}" for n in NAMES)
+                  + " tok/s; " + ", ".join(f"{n.upper()}/OFF {got[n].tok_s / got['off'].tok_s:.3f}"
+                                           for n in NAMES if n != "off")
+                  + "; server CPU ms/token " + ", ".join(f"{n.upper()} {got[n].cpu_ms_per_token:.2f}" for n in NAMES),
+                  flush=True)
     finally:
         rss.stop.set()
         if viewer is not None and viewer.poll() is None:
-            viewer.send_signal(signal.SIGINT)  # the viewer saves its trace first (exit 130)
+            # the viewer saves its trace first (exit 130); SIGTERM, not SIGINT: a background job
+            # of a non-interactive shell starts with SIGINT ignored, and so does this child
+            viewer.send_signal(signal.SIGTERM)
         for s in servers.values():
             if s.proc.poll() is None:
                 s.proc.send_signal(signal.SIGTERM)
@@ -320,7 +332,13 @@ def main() -> int:
                 s.proc.wait(120)
             except subprocess.TimeoutExpired:
                 s.proc.kill()
-    view_out, _ = viewer.communicate(timeout=120) if viewer is not None else ("", "")
+    view_out = ""
+    if viewer is not None:
+        try:
+            view_out, _ = viewer.communicate(timeout=120)
+        except subprocess.TimeoutExpired:  # reported (exit -9), not a traceback that loses the figures
+            viewer.kill()
+            view_out, _ = viewer.communicate()
     for s in servers.values():  # the stderr readers take the servers' last lines ("N tokens generated")
         deadline = time.monotonic() + 10
         while s.generated is None and time.monotonic() < deadline:
@@ -355,7 +373,8 @@ def report(args: argparse.Namespace, out: Path, servers: dict[str, Server], soak
     rec_trace = open_trace(out / "rec", strict=True)
     rec_books = rec_trace.rows("tokens") + int((rec_trace.meta.get("dropped_rows") or {}).get("tokens", 0)) == \
         servers["rec"].generated
-    ok = on_books and rec_books and all(books.values()) and not errors and failed == 0 and DOUBLE_NOTE in notes
+    ok = (on_books and rec_books and all(books.values()) and not errors and failed == 0 and DOUBLE_NOTE in notes
+          and view_rc == 130)
     try:
         vdoc = json.loads(view_out) if view_out.strip() else {}
     except ValueError:
@@ -374,12 +393,11 @@ def report(args: argparse.Namespace, out: Path, servers: dict[str, Server], soak
     side_last = rss.samples[-1][2] if rss.samples else float("nan")
     rates = [w.tok_s for w in soak]
     cost = [w for w in windows[len(servers) + len(soak):]]
-    by_round = [cost[i:i + 3] for i in range(0, len(cost), 3)]
-    on_off = [_rate(r, "on") / _rate(r, "off") for r in by_round]
-    rec_off = [_rate(r, "rec") / _rate(r, "off") for r in by_round]
-    cpu = {n: [_cpu(r, n) for r in by_round] for n in ("on", "rec", "off")}
-    cpu_on = [_cpu(r, "on") / _cpu(r, "off") for r in by_round]
-    cpu_rec = [_cpu(r, "rec") / _cpu(r, "off") for r in by_round]
+    k = len(NAMES)
+    by_round = [cost[i:i + k] for i in range(0, len(cost), k)]
+    rate = {n: [_rate(r, n) / _rate(r, "off") for r in by_round] for n in NAMES}
+    cpu = {n: [_cpu(r, n) for r in by_round] for n in NAMES}
+    cpu_ratio = {n: [_cpu(r, n) / _cpu(r, "off") for r in by_round] for n in NAMES}
 
     lines = [
         f"load average at the end: {machine_load()}",
@@ -395,19 +413,21 @@ def report(args: argparse.Namespace, out: Path, servers: dict[str, Server], soak
         f"ON live endpoint: viewers served {live.get('viewers_served')}, rows dropped for viewers "
         f"{live.get('rows_dropped_for_viewers')}, before the endpoint {live.get('rows_dropped_before_endpoint')}",
         f"viewer (attach --record): {v_tokens:,} token rows saved, {v_dropped:,} dropped by the stream for it "
-        f"(exit {view_rc}: stopped with Ctrl-C, trace saved)",
+        f"(exit {view_rc}; 130: stopped with SIGTERM, trace saved)",
         f"ON server RSS: {first:.0f} MiB after the warm-up fifth, {last:.0f} MiB at the end, peak {peak:.0f} MiB; "
         f"slope {slope:+.2f} MiB/min; live endpoint process {side_last:.0f} MiB, slope {side_slope:+.2f} MiB/min",
-        _ratio_line("cost ON/OFF (recorder + NVML double + live viewer)", on_off),
-        _ratio_line("cost REC/OFF (recorder alone)", rec_off),
+        _ratio_line("cost ON/OFF (recorder + NVML double + live viewer)", rate["on"]),
+        _ratio_line("cost REC/OFF (recorder alone)", rate["rec"]),
+        _ratio_line("cost TWIN/OFF (A/A: two OFF servers, the noise floor)", rate["twin"]),
         "server CPU per token (server + live endpoint processes; steadier than throughput on a shared "
         "machine): median " + ", ".join(f"{n.upper()} {statistics.median(v):.3f} ms" for n, v in cpu.items() if v),
-        _ratio_line("CPU per token ON/OFF", cpu_on),
-        _ratio_line("CPU per token REC/OFF", cpu_rec),
+        _ratio_line("CPU per token ON/OFF", cpu_ratio["on"]),
+        _ratio_line("CPU per token REC/OFF", cpu_ratio["rec"]),
+        _ratio_line("CPU per token TWIN/OFF (A/A)", cpu_ratio["twin"]),
     ]
     print("\n".join(lines))
     print(f"soak: {'OK' if ok else 'FAILED'} (books balance on every server, no failed request, "
-          "no collector error, the NVML double labelled)")
+          "no collector error, the NVML double labelled, the viewer saved its trace on SIGTERM)")
     return 0 if ok else 1
 
 
