@@ -13,7 +13,12 @@ with one torch thread:
 * **OFF**: ``--no-record``: the same collectors installed but switched off;
 * **TWIN**: a second OFF, the A/A arm: TWIN/OFF is what two identical servers
   differ by on this machine (process placement, memory layout, the load's
-  luck), the noise floor the ON/OFF and REC/OFF ratios are read against.
+  luck), the noise floor the ON/OFF and REC/OFF ratios are read against;
+* **SWITCH**: set up as ON (recorder, NVML double, live endpoint, a viewer of
+  its own), its recording switched on and off at run time between windows
+  (``Recorder.enabled``, flipped by SIGUSR1/SIGUSR2 in this benchmark's server
+  process only): the same process on and off, so no process's luck is in the
+  ratio. The NVML double samples in both states.
 
 Phase 1, the soak: the probe keeps ``--concurrency`` requests in flight on ON
 for ``--minutes``; the server's RSS (and its live endpoint process's) is
@@ -25,7 +30,9 @@ requests on each server, same load, in rotating order (a balanced Latin
 square: each server takes each place once in four rounds and follows each other
 server once, so drift and carry-over cancel); the ratios ON/OFF, REC/OFF and
 TWIN/OFF of output tokens per second per round, and of server CPU per token,
-with median and spread.
+with median and spread. Phase 3, within one process: ``--rounds`` rounds of
+two windows on SWITCH, recording on and off (on first in odd rounds, off first
+in even ones), the ratio on/off per round.
 
 At the end the servers get SIGTERM (traces closed), and the books are
 balanced: tokens the probe received from each server equal the tokens it says
@@ -86,7 +93,7 @@ def start_nvml_double(rec: Any, hz: float, pid: int) -> Any:
 
 
 def serve_main(argv: list[str]) -> int:
-    """``soak.py _serve OUT on|rec|off``: one server, run in this process until SIGTERM."""
+    """``soak.py _serve OUT on|rec|off|twin|switch``: one server, run in this process until SIGTERM."""
     out, mode = Path(argv[0]), argv[1]
     from collectors.record import SAMPLERS, SamplerSpec
     from tracetool.live.config import LiveConfig
@@ -94,12 +101,44 @@ def serve_main(argv: list[str]) -> int:
 
     samplers: dict[str, float] = {}
     live = None
-    if mode == "on":  # everything: recorder, NVML (double), live endpoint
+    if mode in ("on", "switch"):  # everything: recorder, NVML (double), live endpoint
         SAMPLERS["nvml"] = SamplerSpec("__main__:start_nvml_double", 10.0, "scripted NVML double (soak only)")
         samplers = {"nvml": 10.0}
         live = LiveConfig("127.0.0.1:0")
-    cfg = ServeConfig(out=out, port=0, threads=1, force=True, samplers=samplers, live=live, record=mode not in ("off", "twin"))
+    if mode == "switch":
+        _switch_by_signals()
+    cfg = ServeConfig(out=out, port=0, threads=1, force=True, samplers=samplers, live=live,
+                      record=mode not in ("off", "twin"))
     return run_server(cfg)
+
+
+def _switch_by_signals() -> None:
+    """SIGUSR1 switches the server's recording on, SIGUSR2 off (``Recorder.enabled``), each
+    acknowledged on stderr. The benchmark's own server process only: the Recorder class is
+    wrapped here to find the instance ``run_server`` makes."""
+    import collectors.recorder as cr
+
+    made: list[Any] = []
+    base = cr.Recorder
+
+    class Switched(base):  # type: ignore[misc, valid-type]
+        def __init__(self, *a: Any, **k: Any) -> None:
+            super().__init__(*a, **k)
+            made.append(self)
+
+    cr.Recorder = Switched  # type: ignore[misc]
+
+    def switch(signum: int, frame: Any) -> None:
+        on = signum == signal.SIGUSR1
+        for r in made:
+            r.enabled = on
+        print(f"{SWITCH_ACK}{'on' if on else 'off'}", file=sys.stderr, flush=True)
+
+    signal.signal(signal.SIGUSR1, switch)
+    signal.signal(signal.SIGUSR2, switch)
+
+
+SWITCH_ACK = "soak: recording "
 
 
 @dataclass
@@ -111,6 +150,15 @@ class Server:
     generated: int | None = None
     lines: list[str] = field(default_factory=list)
     ready: threading.Event = field(default_factory=threading.Event)
+    #: set when the server acknowledges a recording switch (SWITCH only)
+    switched: threading.Event = field(default_factory=threading.Event)
+
+    def record(self, on: bool) -> None:
+        """Switch SWITCH's recording and wait for the server to say it did."""
+        self.switched.clear()
+        self.proc.send_signal(signal.SIGUSR1 if on else signal.SIGUSR2)
+        if not self.switched.wait(30):
+            raise SystemExit(f"{self.name} did not acknowledge the recording switch")
 
     def read(self) -> None:
         assert self.proc.stderr is not None
@@ -123,6 +171,8 @@ class Server:
                 self.live = line.split()[6]
             elif "tokens generated)" in line:
                 self.generated = int(line.rsplit("(", 1)[1].split()[0])
+            elif line.startswith(SWITCH_ACK):
+                self.switched.set()
         self.ready.set()
 
     def pids(self) -> list[int]:
@@ -205,6 +255,8 @@ class Window:
     seconds: float
     #: CPU seconds the server's processes (server and live endpoint) used during the window.
     cpu_s: float = 0.0
+    #: whether the server was recording (False for OFF and TWIN, and SWITCH switched off)
+    recording: bool = True
 
     @property
     def tok_s(self) -> float:
@@ -279,22 +331,25 @@ def main() -> int:
     pin = f"; servers on CPU {server_cpus}, probe and viewer on CPU {client_cpus}" if args.pin else ""
     print(f"soak: load average before {machine_load()}, {os.cpu_count()} CPUs{pin}; traces in {out}", flush=True)
 
-    servers = {name: launch(name, out / name, server_cpus) for name in NAMES}
-    on = servers["on"]
-    viewer: subprocess.Popen[str] | None = None
+    servers = {name: launch(name, out / name, server_cpus) for name in (*NAMES, "switch")}
+    on, sw = servers["on"], servers["switch"]
+    viewers: dict[str, subprocess.Popen[str]] = {}
     windows: list[Window] = []
     soak: list[Window] = []
+    switched: list[dict[str, Window]] = []
     rss = RssSampler(on)
     try:
         for s in servers.values():
             if not s.ready.wait(300) or not s.url:
                 raise SystemExit(f"{s.name} server did not start:\n" + "\n".join(s.lines[-20:]))
-        viewer = subprocess.Popen([sys.executable, "-m", "tracetool", "attach", on.live, "--record",
-                                   str(out / "viewer"), "--force", "--duration", "86400", "--json"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                  env=dict(os.environ, PYTHONPATH=str(REPO)))  # pinned as this process is
+        for name, vdir in (("on", "viewer"), ("switch", "viewer-switch")):
+            viewers[name] = subprocess.Popen(
+                [sys.executable, "-m", "tracetool", "attach", servers[name].live, "--record", str(out / vdir),
+                 "--force", "--duration", "86400", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))  # pinned as this process is
         for name, s in servers.items():  # warm each (first requests pay one-time costs)
             windows.append(probe(s.url, name, args.concurrency, args))
+            windows[-1].recording = name not in ("off", "twin")
 
         rss.thread.start()
         t_end = time.monotonic() + args.minutes * 60
@@ -318,12 +373,28 @@ def main() -> int:
                                            for n in NAMES if n != "off")
                   + "; server CPU ms/token " + ", ".join(f"{n.upper()} {got[n].cpu_ms_per_token:.2f}" for n in NAMES),
                   flush=True)
+
+        for i in range(args.rounds):  # phase 3: one process, recording switched on and off
+            pair: dict[str, Window] = {}
+            for state in ("on", "off") if i % 2 == 0 else ("off", "on"):
+                sw.record(state == "on")
+                c0 = cpu_seconds(sw.pids())
+                w = pair[state] = probe(sw.url, "switch", args.window_requests, args)
+                w.cpu_s = cpu_seconds(sw.pids()) - c0
+                w.recording = state == "on"
+            switched.append(pair)
+            print(f"switch: round {i + 1}: on {pair['on'].tok_s:.1f}, off {pair['off'].tok_s:.1f} tok/s, "
+                  f"on/off {pair['on'].tok_s / pair['off'].tok_s:.3f}; CPU ms/token on "
+                  f"{pair['on'].cpu_ms_per_token:.2f}, off {pair['off'].cpu_ms_per_token:.2f}", flush=True)
     finally:
         rss.stop.set()
-        if viewer is not None and viewer.poll() is None:
-            # the viewer saves its trace first (exit 130); SIGTERM, not SIGINT: a background job
-            # of a non-interactive shell starts with SIGINT ignored, and so does this child
-            viewer.send_signal(signal.SIGTERM)
+        # the last rows reach the viewers within the live flush interval (0.1 s) and a poll
+        time.sleep(2)
+        for viewer in viewers.values():
+            if viewer.poll() is None:
+                # the viewer saves its trace first (exit 130); SIGTERM, not SIGINT: a background job
+                # of a non-interactive shell starts with SIGINT ignored, and so does this child
+                viewer.send_signal(signal.SIGTERM)
         for s in servers.values():
             if s.proc.poll() is None:
                 s.proc.send_signal(signal.SIGTERM)
@@ -332,18 +403,19 @@ def main() -> int:
                 s.proc.wait(120)
             except subprocess.TimeoutExpired:
                 s.proc.kill()
-    view_out = ""
-    if viewer is not None:
+    view_out: dict[str, str] = {}
+    for name, viewer in viewers.items():
         try:
-            view_out, _ = viewer.communicate(timeout=120)
+            view_out[name], _ = viewer.communicate(timeout=120)
         except subprocess.TimeoutExpired:  # reported (exit -9), not a traceback that loses the figures
             viewer.kill()
-            view_out, _ = viewer.communicate()
+            view_out[name], _ = viewer.communicate()
     for s in servers.values():  # the stderr readers take the servers' last lines ("N tokens generated")
         deadline = time.monotonic() + 10
         while s.generated is None and time.monotonic() < deadline:
             time.sleep(0.05)
-    return report(args, out, servers, soak, windows, rss, view_out, viewer.returncode if viewer else None)
+    return report(args, out, servers, soak, windows, switched, rss, view_out,
+                  {n: v.returncode for n, v in viewers.items()})
 
 
 def _ratio_line(name: str, ratios: list[float]) -> str:
@@ -356,7 +428,8 @@ def _ratio_line(name: str, ratios: list[float]) -> str:
 
 
 def report(args: argparse.Namespace, out: Path, servers: dict[str, Server], soak: list[Window],
-           windows: list[Window], rss: RssSampler, view_out: str, view_rc: int | None) -> int:
+           windows: list[Window], switched: list[dict[str, Window]], rss: RssSampler, view_out: dict[str, str],
+           view_rc: dict[str, int | None]) -> int:
     from tracetool.reader import open_trace
 
     on = servers["on"]
@@ -366,23 +439,25 @@ def report(args: argparse.Namespace, out: Path, servers: dict[str, Server], soak
     notes = t.meta.get("notes") or []
     errors = [n for n in notes if n.startswith("collector errors")]
     live = t.meta.get("live") or {}
-    probe_tokens = {n: sum(w.tokens for w in windows if w.server == n) for n in servers}
-    failed = sum(w.failed for w in windows)
+    every = windows + [w for pair in switched for w in pair.values()]
+    probe_tokens = {n: sum(w.tokens for w in every if w.server == n) for n in servers}
+    failed = sum(w.failed for w in every)
     books = {n: servers[n].generated == probe_tokens[n] for n in servers}
     on_books = on.generated is not None and trace_tokens + int(dropped.get("tokens", 0)) == on.generated
     rec_trace = open_trace(out / "rec", strict=True)
     rec_books = rec_trace.rows("tokens") + int((rec_trace.meta.get("dropped_rows") or {}).get("tokens", 0)) == \
         servers["rec"].generated
-    ok = (on_books and rec_books and all(books.values()) and not errors and failed == 0 and DOUBLE_NOTE in notes
-          and view_rc == 130)
-    try:
-        vdoc = json.loads(view_out) if view_out.strip() else {}
-    except ValueError:
-        vdoc = {}
-    vserver = (vdoc.get("servers") or [{}])[0]
-    vtrace = open_trace(out / "viewer") if (out / "viewer" / "meta.json").exists() else None
-    v_tokens = vtrace.rows("tokens") if vtrace is not None else 0
-    v_dropped = int((vserver.get("dropped_rows") or {}).get("tokens", 0)) if vserver else 0
+    sw_trace = open_trace(out / "switch", strict=True)
+    sw_recorded = sum(w.tokens for w in every if w.server == "switch" and w.recording)
+    sw_books = sw_trace.rows("tokens") + int((sw_trace.meta.get("dropped_rows") or {}).get("tokens", 0)) == \
+        sw_recorded
+    v_tokens, v_dropped = _viewer(out / "viewer", view_out.get("on", ""))
+    sv_tokens, sv_dropped = _viewer(out / "viewer-switch", view_out.get("switch", ""))
+    # a viewer attached before the first request holds every token row the server's trace does,
+    # or the stream counted what it dropped for it
+    viewer_books = v_tokens + v_dropped == trace_tokens and sv_tokens + sv_dropped == sw_trace.rows("tokens")
+    ok = (on_books and rec_books and sw_books and viewer_books and all(books.values()) and not errors
+          and failed == 0 and DOUBLE_NOTE in notes and all(rc == 130 for rc in view_rc.values()))
 
     warm = args.minutes * 60 * 0.2
     slope = slope_mib_per_min([(s[0], s[1]) for s in rss.samples if s[0] >= warm])
@@ -398,6 +473,8 @@ def report(args: argparse.Namespace, out: Path, servers: dict[str, Server], soak
     rate = {n: [_rate(r, n) / _rate(r, "off") for r in by_round] for n in NAMES}
     cpu = {n: [_cpu(r, n) for r in by_round] for n in NAMES}
     cpu_ratio = {n: [_cpu(r, n) / _cpu(r, "off") for r in by_round] for n in NAMES}
+    sw_rate = [p["on"].tok_s / p["off"].tok_s for p in switched]
+    sw_cpu = [p["on"].cpu_ms_per_token / p["off"].cpu_ms_per_token for p in switched]
 
     lines = [
         f"load average at the end: {machine_load()}",
@@ -413,7 +490,10 @@ def report(args: argparse.Namespace, out: Path, servers: dict[str, Server], soak
         f"ON live endpoint: viewers served {live.get('viewers_served')}, rows dropped for viewers "
         f"{live.get('rows_dropped_for_viewers')}, before the endpoint {live.get('rows_dropped_before_endpoint')}",
         f"viewer (attach --record): {v_tokens:,} token rows saved, {v_dropped:,} dropped by the stream for it "
-        f"(exit {view_rc}; 130: stopped with SIGTERM, trace saved)",
+        f"(exit {view_rc.get('on')}; 130: stopped with SIGTERM, trace saved)",
+        f"SWITCH trace: {sw_trace.rows('tokens'):,} token rows; {sw_recorded:,} tokens generated while recording "
+        f"(of {servers['switch'].generated:,}); its viewer saved {sv_tokens:,}, {sv_dropped:,} dropped for it "
+        f"(exit {view_rc.get('switch')})",
         f"ON server RSS: {first:.0f} MiB after the warm-up fifth, {last:.0f} MiB at the end, peak {peak:.0f} MiB; "
         f"slope {slope:+.2f} MiB/min; live endpoint process {side_last:.0f} MiB, slope {side_slope:+.2f} MiB/min",
         _ratio_line("cost ON/OFF (recorder + NVML double + live viewer)", rate["on"]),
@@ -424,11 +504,26 @@ def report(args: argparse.Namespace, out: Path, servers: dict[str, Server], soak
         _ratio_line("CPU per token ON/OFF", cpu_ratio["on"]),
         _ratio_line("CPU per token REC/OFF", cpu_ratio["rec"]),
         _ratio_line("CPU per token TWIN/OFF (A/A)", cpu_ratio["twin"]),
+        _ratio_line("SWITCH on/off, one process (recorder + NVML double + live viewer)", sw_rate),
+        _ratio_line("SWITCH CPU per token on/off", sw_cpu),
     ]
     print("\n".join(lines))
     print(f"soak: {'OK' if ok else 'FAILED'} (books balance on every server, no failed request, "
-          "no collector error, the NVML double labelled, the viewer saved its trace on SIGTERM)")
+          "no collector error, the NVML double labelled, the viewers saved their traces on SIGTERM and hold every row or count it dropped)")
     return 0 if ok else 1
+
+
+def _viewer(directory: Path, out: str) -> tuple[int, int]:
+    """Token rows a viewer saved, and the rows the stream dropped for it (from its --json)."""
+    from tracetool.reader import open_trace
+
+    try:
+        doc = json.loads(out) if out.strip() else {}
+    except ValueError:
+        doc = {}
+    server = (doc.get("servers") or [{}])[0]
+    saved = open_trace(directory).rows("tokens") if (directory / "meta.json").exists() else 0
+    return saved, int((server.get("dropped_rows") or {}).get("tokens", 0)) if server else 0
 
 
 def _rate(rnd: list[Window], name: str) -> float:
