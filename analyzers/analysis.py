@@ -19,7 +19,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from analyzers.connection import TraceArg, connect, labels_for, load_traces
+from analyzers.connection import Session, TraceArg, connect, labels_for, load_traces
 from analyzers.params import (
     COMPONENTS,
     ClaimSpec,
@@ -169,7 +169,7 @@ class Analysis:
 def analyze(traces: TraceArg | Iterable[TraceArg], *, model: str | None = None, gpu: str | None = None,
             gpus: int | None = None, weight_dtype: str | None = None, kv_dtype: str | None = None,
             claims: Sequence[str | ClaimSpec] = (), thresholds: Thresholds | None = None,
-            per_trace: bool = True) -> Analysis:
+            per_trace: bool = True, session: Session | None = None) -> Analysis:
     """Analyse one trace, several, or a directory of traces.
 
     Args:
@@ -183,6 +183,9 @@ def analyze(traces: TraceArg | Iterable[TraceArg], *, model: str | None = None, 
         per_trace: with several traces, also analyse each alone (:attr:`Analysis.traces`);
             False gives only the combined analysis (``traces`` empty), a live viewer's
             cheaper tick when it shows the combined view.
+        session: keep the DuckDB connection between calls on successive snapshots of the same
+            traces and swap only the data (:class:`analyzers.connection.Session`; a live view's
+            ticks). Used when there is one analysis to run (one trace, or ``per_trace=False``).
 
     Raises:
         BadInput: a trace is unreadable, has neither spans nor tokens, or has no requests.
@@ -197,11 +200,11 @@ def analyze(traces: TraceArg | Iterable[TraceArg], *, model: str | None = None, 
     for t in opened:
         _check_usable(t)
     if len(opened) == 1:
-        combined = _run(opened, labels, roof, th, specs, labels[0])
+        combined = _run(opened, labels, roof, th, specs, labels[0], session)
         combined.traces = [combined]
         return combined
     if not per_trace:
-        return _run(opened, labels, roof, th, specs, "all")
+        return _run(opened, labels, roof, th, specs, "all", session)
     # all together and each alone: separate DuckDB connections, which release the GIL while they
     # plan and run, so they go side by side (three small traces: 0.79 s one after the other,
     # 0.47 s in three threads on two cores)
@@ -215,11 +218,27 @@ def analyze(traces: TraceArg | Iterable[TraceArg], *, model: str | None = None, 
 
 
 def _run(traces: list[Trace], labels: list[str], roof: list[RooflineInputs], th: Thresholds,
-         specs: list[ClaimSpec], label: str) -> Analysis:
+         specs: list[ClaimSpec], label: str, session: Session | None = None) -> Analysis:
+    if session is None:
+        return _collect(_connect(traces, labels, roof, th, specs, None), traces, roof, th, label,
+                        threading.Lock())
+    with session.lock:
+        return _collect(_connect(traces, labels, roof, th, specs, session), traces, roof, th, label,
+                        session.lock)
+
+
+def _connect(traces: list[Trace], labels: list[str], roof: list[RooflineInputs], th: Thresholds,
+             specs: list[ClaimSpec], session: Session | None) -> duckdb.DuckDBPyConnection:
     try:
-        con = connect(traces, roofline=roof, thresholds=th, claims=specs, labels=labels)
+        if session is not None:
+            return session.connect(traces, roofline=roof, thresholds=th, claims=specs, labels=labels)
+        return connect(traces, roofline=roof, thresholds=th, claims=specs, labels=labels)
     except duckdb.Error as e:  # a trace whose values break an analyzer: say which, no traceback
         raise BadInput(f"{', '.join(str(t.path) for t in traces)}: cannot analyse ({_line(e)})") from e
+
+
+def _collect(con: duckdb.DuckDBPyConnection, traces: list[Trace], roof: list[RooflineInputs], th: Thresholds,
+             label: str, lock: threading.Lock) -> Analysis:
     n = con.sql("SELECT count(*) FROM attribution_requests").fetchall()[0][0]
     if n == 0:
         raise BadInput(f"{', '.join(str(t.path) for t in traces)}: no requests to analyse "
@@ -232,7 +251,7 @@ def _run(traces: list[Trace], labels: list[str], roof: list[RooflineInputs], th:
     tables = {name: con.sql(f"SELECT * FROM {name}").to_arrow_table() for name in TABLES}
     warnings = [w for t in traces for w in t.warnings]
     return Analysis(label=label, paths=[str(t.path) for t in traces], tables=tables, roofline_inputs=roof,
-                    thresholds=th, con=con, warnings=warnings)
+                    thresholds=th, con=con, warnings=warnings, _lock=lock)
 
 
 def _check_usable(t: Trace) -> None:

@@ -13,18 +13,23 @@ report share:
   modules run in order (``analyzers.modules.MODULES``).
 
 Summary objects are temp tables computed once here; per-token objects stay views.
+
+A :class:`Session` keeps one such connection for successive snapshots of the same traces (a
+live view re-analysing its sources several times a second) and only swaps the data.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import astuple, fields
 from pathlib import Path
 
 import duckdb
 
-from analyzers.modules import DISABLED_OPTIMIZERS, SMALL_DISABLED_OPTIMIZERS, run_all
+from analyzers.modules import DISABLED_OPTIMIZERS, SMALL_DISABLED_OPTIMIZERS, run_all, script
 from analyzers.params import ClaimSpec, RooflineInputs, Thresholds
 from tracetool.errors import BadInput
 from tracetool.reader import Trace, find_traces, open_trace
@@ -116,19 +121,114 @@ def connect(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | Non
     return con
 
 
-def _param_tables(con: duckdb.DuckDBPyConnection, traces: Sequence[Trace], labels: Sequence[str],
-                  roof: Sequence[RooflineInputs], thresholds: Thresholds,
-                  claims: Sequence[ClaimSpec]) -> None:
-    traces_rows = []
+class Session:
+    """One connection analysing successive snapshots of the same traces: a live view's.
+
+    A live viewer re-analyses its sources several times a second; from one snapshot to the
+    next the traces' tables change, their number and labels do not. Opening a connection and
+    creating the union views, the macros, the modules' views and the catalogue again each time
+    is about a third of a small analysis. A session keeps them: for each snapshot it registers
+    the new Arrow tables under the same names, refills the two per-trace parameter tables and
+    runs the modules' temp-table statements again, prepared once (DuckDB binds them again by
+    itself when a table's schema changed). Anything else (other labels, another number of
+    traces, thresholds or claims, a trace crossing :data:`SINGLE_THREAD_ROWS`) opens a fresh
+    connection, and so does any error while reusing one.
+
+    Not for two analyses at once: hold :attr:`lock` while using :meth:`connect`'s result (an
+    :class:`~analyzers.analysis.Analysis` made from it shares the lock, so its ``query`` waits
+    for the next snapshot's refresh and then sees that snapshot).
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._key: tuple[object, ...] | None = None
+        self._refresh_sql = ""
+        #: fresh connections opened and snapshots refreshed in place (for tests and benchmarks)
+        self.opened = 0
+        self.reused = 0
+
+    def connect(self, traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs],
+                thresholds: Thresholds, claims: Sequence[ClaimSpec],
+                labels: Sequence[str]) -> duckdb.DuckDBPyConnection:
+        """The session's connection holding ``traces`` and every analyzer object (caller holds
+        :attr:`lock`)."""
+        small = is_small(traces)
+        key = (tuple(labels), small, thresholds, tuple(claims))
+        if self._con is not None and self._key == key:
+            try:
+                self._refresh(self._con, traces, labels, roofline, small)
+                self.reused += 1
+                return self._con
+            except duckdb.Error:
+                self.close()  # a fresh connection says what is wrong, if anything is
+        self.close()
+        con = connect(traces, roofline=roofline, thresholds=thresholds, claims=claims, labels=labels)
+        self._prepare(con, small)
+        self._con, self._key = con, key
+        self.opened += 1
+        return con
+
+    def close(self) -> None:
+        if self._con is not None:
+            try:
+                self._con.close()
+            except duckdb.Error:
+                pass
+        self._con, self._key = None, None
+
+    def _prepare(self, con: duckdb.DuckDBPyConnection, small: bool) -> None:
+        names = []
+        con.execute(f"SET disabled_optimizers = '{SMALL_DISABLED_OPTIMIZERS if small else DISABLED_OPTIMIZERS}'")
+        try:
+            for stmt in script().split(";\n"):
+                m = _TEMP_TABLE_RE.match(stmt.strip())
+                if m:
+                    con.execute(f"PREPARE _refresh_{m.group(1)} AS INSERT INTO {m.group(1)} {m.group(2)}")
+                    names.append(m.group(1))
+        finally:
+            con.execute("RESET disabled_optimizers")
+        self._refresh_sql = "".join(f"DELETE FROM {n}; EXECUTE _refresh_{n};\n" for n in names)
+
+    def _refresh(self, con: duckdb.DuckDBPyConnection, traces: Sequence[Trace], labels: Sequence[str],
+                 roof: Sequence[RooflineInputs], small: bool) -> None:
+        for i, t in enumerate(traces):
+            t.register(con, prefix=f"_t{i}_")
+        con.execute("DELETE FROM _traces; DELETE FROM _hardware")
+        _insert(con, "_traces", _traces_rows(traces, labels))
+        _insert(con, "_hardware", _hardware_rows(roof, labels))
+        con.execute(f"SET disabled_optimizers = '{SMALL_DISABLED_OPTIMIZERS if small else DISABLED_OPTIMIZERS}'")
+        try:
+            con.execute(self._refresh_sql)  # one script: the GIL given up once (see run_all)
+        finally:
+            con.execute("RESET disabled_optimizers")
+
+
+#: A module statement that creates a summary table (re-run for each snapshot by a Session).
+_TEMP_TABLE_RE = re.compile(r"CREATE OR REPLACE TEMP TABLE (\w+) AS\s+(.*)", re.S)
+
+
+def _traces_rows(traces: Sequence[Trace], labels: Sequence[str]) -> list[list[object]]:
+    rows: list[list[object]] = []
     for t, label in zip(traces, labels, strict=True):
         dropped = sum(int(v) for v in (t.meta.get("dropped_rows") or {}).values()
                       if isinstance(v, (int, float)))
-        traces_rows.append([label, str(Path(t.path)), sorted(t.tables), dropped, t.meta.get("closed") is not False])
+        rows.append([label, str(Path(t.path)), sorted(t.tables), dropped, t.meta.get("closed") is not False])
+    return rows
+
+
+def _hardware_rows(roof: Sequence[RooflineInputs], labels: Sequence[str]) -> list[list[object]]:
+    return [[label, *astuple(r)] for r, label in zip(roof, labels, strict=True)]
+
+
+def _param_tables(con: duckdb.DuckDBPyConnection, traces: Sequence[Trace], labels: Sequence[str],
+                  roof: Sequence[RooflineInputs], thresholds: Thresholds,
+                  claims: Sequence[ClaimSpec]) -> None:
     _table(con, "_traces", "trace VARCHAR, path VARCHAR, tables VARCHAR[], dropped_rows BIGINT, closed BOOLEAN",
-           traces_rows)
+           _traces_rows(traces, labels))
     rf = fields(RooflineInputs)
     _table(con, "_hardware", "trace VARCHAR, " + ", ".join(f"{f.name} {_sql_type(f.type)}" for f in rf),
-           [[label, *astuple(r)] for r, label in zip(roof, labels, strict=True)])
+           _hardware_rows(roof, labels))
     tf = fields(Thresholds)
     _table(con, "_thresholds", ", ".join(f"{f.name} DOUBLE" for f in tf), [list(astuple(thresholds))])
     _table(con, "_claims", "ordinal INTEGER, claim VARCHAR, key VARCHAR",
@@ -139,9 +239,18 @@ def _table(con: duckdb.DuckDBPyConnection, name: str, columns: str, rows: list[l
     """A temp table of ``rows`` (values passed as parameters): one DuckDB call."""
     sql = f"CREATE TEMP TABLE {name} ({columns})"
     if rows:
-        one = "(" + ", ".join("?" * len(rows[0])) + ")"
-        sql += f"; INSERT INTO {name} VALUES " + ", ".join([one] * len(rows))
+        sql += "; " + _insert_sql(name, rows)
     con.execute(sql, [v for row in rows for v in row] or None)
+
+
+def _insert(con: duckdb.DuckDBPyConnection, name: str, rows: list[list[object]]) -> None:
+    if rows:
+        con.execute(_insert_sql(name, rows), [v for row in rows for v in row])
+
+
+def _insert_sql(name: str, rows: list[list[object]]) -> str:
+    one = "(" + ", ".join("?" * len(rows[0])) + ")"
+    return f"INSERT INTO {name} VALUES " + ", ".join([one] * len(rows))
 
 
 def _sql_type(t: object) -> str:

@@ -63,6 +63,13 @@ async def test_app_header_moves_at_refresh_rate_and_w_slides(live_recorder: Call
                 while app.snapshot is None:
                     await pilot.pause(0.1)
                 assert app.snapshot.views and app.snapshot.source_label == str(rec.live.address)
+                # the ticks after the first swap the data into a kept connection (tui.model.Sessions)
+                assert app._sessions is not None
+                for _ in range(50):
+                    if app._sessions.reused >= 2:
+                        break
+                    await pilot.pause(0.1)
+                assert app._sessions.reused >= 2
                 assert app.check_action("window", ())
                 await pilot.press("w")
                 assert src.spec.seconds == 60.0 and "window last 60 s" in app.status_line

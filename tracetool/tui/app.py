@@ -39,7 +39,7 @@ from textual.worker import get_current_worker
 
 from tracetool.errors import TracetoolError
 from tracetool.source import TraceSource
-from tracetool.tui.model import ALL, AnalysisOptions, Snapshot, View, analyse
+from tracetool.tui.model import ALL, AnalysisOptions, Sessions, Snapshot, View, analyse
 from tracetool.tui.screens.decode import DecodeScreen
 from tracetool.tui.screens.help import HelpScreen
 from tracetool.tui.screens.hypothesis import HypothesisScreen
@@ -141,6 +141,8 @@ class TraceApp(App[int]):
         #: The expected failure that ended the app (the first analysis of a static source failed).
         self.fatal: TracetoolError | None = None
         self._switch_interval: float | None = None  # Python's, while a live source lowers it
+        #: a live view's analyzer connections, reused from tick to tick (tui.model.Sessions)
+        self._sessions = Sessions(keep=self.LIVE_PIPELINE) if source.live else None
 
     # -- analysis ---------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -165,6 +167,8 @@ class TraceApp(App[int]):
         if self._switch_interval is not None:
             sys.setswitchinterval(self._switch_interval)
             self._switch_interval = None
+        if self._sessions is not None:
+            self._sessions.close()
 
     def _poll_status(self) -> None:
         self.status_line = _status(self.source)
@@ -201,7 +205,7 @@ class TraceApp(App[int]):
                 if callable(again):
                     again()
             only = (self.selected or ALL) if self.source.live else None
-            snap = analyse(self.source, self.options, generation, only=only)
+            snap = analyse(self.source, self.options, generation, only=only, sessions=self._sessions)
         except TracetoolError as e:
             self.post_message(self.AnalysisFailed(str(e), _status(self.source), e))
             return

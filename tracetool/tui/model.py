@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -93,13 +95,64 @@ def story_keys() -> list[str]:
     return list(CLAIMS)
 
 
+class Sessions:
+    """The analyzer sessions of a live viewer (:class:`analyzers.connection.Session`).
+
+    A live tick analyses the view on screen again and again: each analysis in flight takes a
+    free session (a DuckDB connection kept from an earlier tick with every analyzer object in
+    it) and gives it back when done, so a tick swaps the data instead of building the
+    connection anew. At most ``keep`` idle sessions are kept.
+    """
+
+    def __init__(self, keep: int = 2) -> None:
+        self.keep = keep
+        self._free: list[Any] = []
+        self._made: list[Any] = []
+        self._lock = threading.Lock()
+
+    @property
+    def reused(self) -> int:
+        """Analyses that reused a session's connection (the others opened one)."""
+        return sum(s.reused for s in self._made)
+
+    @contextmanager
+    def take(self) -> Iterator[Any]:
+        from analyzers.connection import Session
+
+        with self._lock:
+            if self._free:
+                session = self._free.pop()
+            else:
+                session = Session()
+                self._made.append(session)
+        try:
+            yield session
+        finally:
+            with self._lock:
+                if len(self._free) < self.keep:
+                    self._free.append(session)
+                    session = None
+            if session is not None:
+                with session.lock:
+                    session.close()
+
+    def close(self) -> None:
+        with self._lock:
+            free, self._free = self._free, []
+        for session in free:
+            with session.lock:
+                session.close()
+
+
 def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
-            only: str | None = None) -> Snapshot | None:
+            only: str | None = None, sessions: Sessions | None = None) -> Snapshot | None:
     """Take a snapshot of ``source`` and analyse it; None when a live source has no data yet.
 
     ``only``: with several traces, analyse just this view (``"all"`` or a trace label; None:
     every view). A live viewer passes the view it shows, so a tick costs one analysis instead of
     one per server plus the combined one; the others are analysed when the viewer switches.
+    ``sessions``: a live viewer's :class:`Sessions`; the one analysis of an ``only`` tick (or of
+    a single trace) reuses a connection from it.
 
     Raises:
         BadInput: the traces cannot be analysed (no requests, unreadable).
@@ -116,29 +169,30 @@ def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
     kw: dict[str, Any] = {"model": options.model, "gpu": options.gpu, "gpus": options.gpus, "claims": story_keys()}
     choices = None
     views: dict[str, View] = {}
-    if only is not None and len(traces) > 1:
-        from analyzers.connection import labels_for
+    with sessions.take() if sessions is not None else nullcontext() as session:
+        if only is not None and len(traces) > 1:
+            from analyzers.connection import labels_for
 
-        labels = labels_for(traces)
-        choices = [ALL, *labels]
-        if only in labels:
-            a = analyzers.analyze(traces[labels.index(only)], **kw)
-            a.label = only  # alone, labels_for would drop a '#2' the combined list gives
+            labels = labels_for(traces)
+            choices = [ALL, *labels]
+            if only in labels:
+                a = analyzers.analyze(traces[labels.index(only)], session=session, **kw)
+                a.label = only  # alone, labels_for would drop a '#2' the combined list gives
+            else:
+                a = analyzers.analyze(traces, per_trace=False, session=session, **kw)
+            t2 = time.perf_counter()
+            views[a.label] = View(a.label, a, a.to_json(), lock=a._lock)
         else:
-            a = analyzers.analyze(traces, per_trace=False, **kw)
-        t2 = time.perf_counter()
-        views[a.label] = View(a.label, a, a.to_json())
-    else:
-        a = analyzers.analyze(traces, **kw)
-        t2 = time.perf_counter()
-        if len(a.traces) > 1:
-            views[ALL] = View(ALL, a, a.to_json())
-        for t in a.traces:  # one trace: a.traces == [a], a single view
-            views[t.label] = View(t.label, t, t.to_json())
+            a = analyzers.analyze(traces, session=session if len(traces) == 1 else None, **kw)
+            t2 = time.perf_counter()
+            if len(a.traces) > 1:
+                views[ALL] = View(ALL, a, a.to_json(), lock=a._lock)
+            for t in a.traces:  # one trace: a.traces == [a], a single view
+                views[t.label] = View(t.label, t, t.to_json(), lock=t._lock)
     t3 = time.perf_counter()
     return Snapshot(views=views, generation=generation, status=status, source_label=source.label,
                     elapsed_s=t3 - t0, timings={"snapshot": t1 - t0, "analyze": t2 - t1, "json": t3 - t2},
                     choices=choices)
 
 
-__all__ = ["ALL", "AnalysisOptions", "Snapshot", "View", "analyse", "story_keys"]
+__all__ = ["ALL", "AnalysisOptions", "Sessions", "Snapshot", "View", "analyse", "story_keys"]

@@ -1,0 +1,108 @@
+"""A Session (analyzers.connection.Session) analyses successive snapshots of the same traces on
+one DuckDB connection: every result must be the one a fresh connection gives."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from analyzers import analyze
+from analyzers.connection import Session
+from tracetool.reader import Trace, open_trace
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = REPO / "sample_traces"
+
+
+def _first_requests(t: Trace, k: int, label: str = "srv", drop: tuple[str, ...] = ()) -> Trace:
+    """A snapshot as a live window gives it: the rows of the trace's first ``k`` requests (all of
+    a table without request ids), in memory, under the label ``label``."""
+    ids = sorted(set(t.table("tokens").column("request_id").to_pylist()))[:k]
+    keep = pa.array(ids, pa.string())
+    tables = {}
+    for name, table in t.tables.items():
+        if name in drop:
+            continue
+        if "request_id" in table.column_names:
+            table = table.filter(pc.is_in(table.column("request_id"), value_set=keep))
+        tables[name] = table
+    return Trace(path=Path(label), meta=dict(t.meta), tables=tables)
+
+
+def _doc(a: object) -> str:
+    doc = a.to_json()  # type: ignore[attr-defined]
+    return json.dumps(doc, sort_keys=True)
+
+
+@pytest.mark.parametrize("sample", ["chat", "queueing", "slow-tokenizer"])
+def test_growing_snapshots_analyse_as_on_a_fresh_connection(sample: str) -> None:
+    full = open_trace(SAMPLES / sample)
+    n = len(set(full.table("tokens").column("request_id").to_pylist()))
+    session = Session()
+    sizes = sorted({max(1, n // 4), max(1, n // 2), n, max(1, n // 3)})
+    for k in sizes:
+        snap = _first_requests(full, k)
+        assert _doc(analyze(snap, session=session, claims=["network", "tokenizer"])) == \
+            _doc(analyze(snap, claims=["network", "tokenizer"]))
+    assert session.opened == 1 and session.reused == len(sizes) - 1
+
+
+def test_a_table_that_appears_or_goes_is_analysed_right() -> None:
+    full = open_trace(SAMPLES / "chat")
+    session = Session()
+    for snap in (_first_requests(full, 3, drop=("steps",)), _first_requests(full, 4),
+                 _first_requests(full, 5, drop=("steps", "clock_offsets"))):
+        assert _doc(analyze(snap, session=session)) == _doc(analyze(snap))
+    assert session.opened + session.reused == 3
+
+
+def test_other_labels_or_options_open_a_fresh_connection() -> None:
+    full = open_trace(SAMPLES / "chat")
+    session = Session()
+    a = analyze(_first_requests(full, 3, label="one"), session=session)
+    b = analyze(_first_requests(full, 3, label="two"), session=session)
+    c = analyze(_first_requests(full, 3, label="two"), session=session, claims=["network"])
+    assert session.opened == 3 and session.reused == 0
+    assert a.label == "one" and b.label == "two"
+    assert {r["trace"] for r in b.rows("attribution_requests")} == {"two"}
+    assert c.rows("claims") and not b.rows("claims")
+
+
+def test_several_traces_combined_in_a_session() -> None:
+    chat, queue = open_trace(SAMPLES / "chat"), open_trace(SAMPLES / "queueing")
+    session = Session()
+    for k in (2, 4):
+        snaps = [_first_requests(chat, k, label="a"), _first_requests(queue, k, label="b")]
+        assert _doc(analyze(snaps, per_trace=False, session=session)) == _doc(analyze(snaps, per_trace=False))
+    assert session.reused == 1
+
+
+def test_a_shown_analysis_queries_under_the_sessions_lock() -> None:
+    """The TUI queries the analysis on screen while the next snapshot refreshes the session."""
+    full = open_trace(SAMPLES / "chat")
+    session = Session()
+    shown = analyze(_first_requests(full, 2), session=session)
+    errors: list[BaseException] = []
+
+    def refresh() -> None:
+        try:
+            for k in (3, 4, 5, 6):
+                analyze(_first_requests(full, k), session=session)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=refresh)
+    t.start()
+    counts = []
+    while t.is_alive():
+        counts.append(shown.query("SELECT count(*) AS n FROM attribution_requests").column("n")[0].as_py())
+    t.join()
+    assert not errors
+    # a query sees a whole snapshot, never a half-refreshed one (2..6 requests, nothing else)
+    assert set(counts) <= {2, 3, 4, 5, 6}
+    assert shown.query("SELECT count(*) AS n FROM attribution_requests").column("n")[0].as_py() == 6
