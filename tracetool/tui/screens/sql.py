@@ -46,6 +46,7 @@ class SqlScreen(TraceScreen):
     def __init__(self) -> None:
         super().__init__()
         self._query_running = False
+        self._answered = False  # a result or refusal is on screen: a new snapshot keeps its line
 
     def compose_body(self) -> Iterable[Widget]:
         with Vertical(id="sql-box"):
@@ -55,6 +56,8 @@ class SqlScreen(TraceScreen):
             yield table
 
     def show_view(self, view: View) -> None:
+        if self._answered or self._query_running:  # a live tick must not overwrite "N rows"
+            return
         names = object_names(view)
         self.query_one("#sql-message", Static).update(Content.assemble(
             ("read-only: ", "bold"), ("SELECT, FROM, WITH, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN; "
@@ -89,6 +92,7 @@ class SqlScreen(TraceScreen):
 
     def on_sql_screen_done(self, message: Done) -> None:
         self._query_running = False
+        self._answered = True
         msg = self.query_one("#sql-message", Static)
         table: DataTable[Any] = self.query_one("#sql-result", DataTable)
         if message.result is None:
