@@ -144,6 +144,7 @@ class Session:
         self._con: duckdb.DuckDBPyConnection | None = None
         self._key: tuple[object, ...] | None = None
         self._refresh_sql = ""
+        self._registered: set[str] = set()
         #: fresh connections opened and snapshots refreshed in place (for tests and benchmarks)
         self.opened = 0
         self.reused = 0
@@ -166,6 +167,7 @@ class Session:
         con = connect(traces, roofline=roofline, thresholds=thresholds, claims=claims, labels=labels)
         self._prepare(con, small)
         self._con, self._key = con, key
+        self._registered = {f"_t{i}_{n}" for i, t in enumerate(traces) for n in set(TABLES) | set(t.tables)}
         self.opened += 1
         return con
 
@@ -192,8 +194,10 @@ class Session:
 
     def _refresh(self, con: duckdb.DuckDBPyConnection, traces: Sequence[Trace], labels: Sequence[str],
                  roof: Sequence[RooflineInputs], small: bool) -> None:
-        for i, t in enumerate(traces):
-            t.register(con, prefix=f"_t{i}_")
+        names = {n for i, t in enumerate(traces) for n in t.register(con, prefix=f"_t{i}_")}
+        for gone in self._registered - names:  # a table outside the v1 set that this snapshot lacks
+            con.unregister(gone)
+        self._registered = names
         con.execute("DELETE FROM _traces; DELETE FROM _hardware")
         _insert(con, "_traces", _traces_rows(traces, labels))
         _insert(con, "_hardware", _hardware_rows(roof, labels))

@@ -106,3 +106,16 @@ def test_a_shown_analysis_queries_under_the_sessions_lock() -> None:
     # a query sees a whole snapshot, never a half-refreshed one (2..6 requests, nothing else)
     assert set(counts) <= {2, 3, 4, 5, 6}
     assert shown.query("SELECT count(*) AS n FROM attribution_requests").column("n")[0].as_py() == 6
+
+
+def test_a_table_outside_v1_that_goes_is_not_left_registered() -> None:
+    full = open_trace(SAMPLES / "chat")
+    session = Session()
+    extra = _first_requests(full, 3)
+    extra.tables["custom_metrics"] = pa.table({"x": [1, 2, 3]})
+    a = analyze(extra, session=session)
+    assert a.query("SELECT count(*) AS n FROM _t0_custom_metrics").column("n")[0].as_py() == 3
+    b = analyze(_first_requests(full, 4), session=session)
+    assert session.reused == 1
+    with pytest.raises(Exception, match="custom_metrics"):
+        b.query("SELECT count(*) FROM _t0_custom_metrics")
