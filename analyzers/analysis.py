@@ -42,7 +42,7 @@ TABLES = ("attribution_requests", "attribution_components", "latency_percentiles
           "gpu_decode", "stacks_categories", "summary_numbers", "findings", "claims")
 
 
-@dataclass
+@dataclass(eq=False)  # identity: it holds a connection, and its traces hold itself (one trace)
 class Analysis:
     """The result of :func:`analyze` over one trace or several together.
 

@@ -119,3 +119,14 @@ def test_a_table_outside_v1_that_goes_is_not_left_registered() -> None:
     assert session.reused == 1
     with pytest.raises(Exception, match="custom_metrics"):
         b.query("SELECT count(*) FROM _t0_custom_metrics")
+
+
+def test_analyses_of_one_session_compare_by_identity() -> None:
+    """The TUI's reactive snapshot compares the new one with the one shown: two analyses on the
+    same connection must not recurse through ``traces`` (which holds the analysis itself)."""
+    full = open_trace(SAMPLES / "chat")
+    session = Session()
+    a = analyze(_first_requests(full, 3), session=session)
+    b = analyze(_first_requests(full, 3), session=session)
+    assert a.con is b.con
+    assert a != b and a == a
