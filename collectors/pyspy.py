@@ -373,6 +373,12 @@ class PySpySampler:
         """Wait until sampling has ended (stopped, or the target exited); True when it has."""
         return self.finished.wait(timeout)
 
+    @property
+    def sampling(self) -> bool:
+        """Whether py-spy has attached and is taking samples now (it says "Sampling process")."""
+        seg = self._seg
+        return seg is not None and seg.started.is_set() and not seg.ended.is_set()
+
     def __enter__(self) -> PySpySampler:
         return self.start()
 

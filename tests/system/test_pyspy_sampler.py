@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -221,7 +222,7 @@ while time.monotonic() - t0 < run_s:
     tokenize_bpe(TEXT)
     n += 1
     if n % 10 == 0:
-        print("progress", n, flush=True)
+        print("progress", n, time.time_ns(), flush=True)
 print("done", time.time_ns(), n, flush=True)
 '''
 
@@ -295,7 +296,16 @@ def test_stop_while_running_writes_the_samples(tmp_path: Path, tokenizer_server:
     rec = Recorder(tmp_path / "t").start()
     handle = start_system_collectors(rec, pyspy_hz=50, pid=proc.pid)
     assert handle.pyspy is not None
-    read_until(proc, "progress", count=10)                 # the server did 100 tokenize calls meanwhile
+    # py-spy attaching can take seconds on a loaded machine: count the server's work from then on
+    deadline = time.monotonic() + 30
+    while not handle.pyspy.sampling:
+        assert time.monotonic() < deadline, "py-spy never started sampling"
+        time.sleep(0.05)
+    sampling_ns = time.time_ns()
+    seen = 0
+    while seen < 10:                                       # the server did 100 tokenize calls since
+        line = read_until(proc, "progress")
+        seen += int(line[2]) > sampling_ns
     rec.close()                                            # on_close stops py-spy and writes
     assert handle.pyspy.finished.is_set() and proc.poll() is None
     trace = open_trace(tmp_path / "t", strict=True)
