@@ -219,12 +219,9 @@ def analyze(traces: TraceArg | Iterable[TraceArg], *, model: str | None = None, 
 
 def _run(traces: list[Trace], labels: list[str], roof: list[RooflineInputs], th: Thresholds,
          specs: list[ClaimSpec], label: str, session: Session | None = None) -> Analysis:
-    if session is None:
-        return _collect(_connect(traces, labels, roof, th, specs, None), traces, roof, th, label,
-                        threading.Lock())
-    with session.lock:
-        return _collect(_connect(traces, labels, roof, th, specs, session), traces, roof, th, label,
-                        session.lock)
+    lock = session.lock if session is not None else threading.Lock()
+    with lock:  # a session's connection serves one user at a time
+        return _collect(_connect(traces, labels, roof, th, specs, session), traces, roof, th, label, lock)
 
 
 def _connect(traces: list[Trace], labels: list[str], roof: list[RooflineInputs], th: Thresholds,

@@ -23,13 +23,15 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import astuple, fields
 from pathlib import Path
 
 import duckdb
 
-from analyzers.modules import DISABLED_OPTIMIZERS, SMALL_DISABLED_OPTIMIZERS, run_all, script
+from analyzers.modules import DISABLED_OPTIMIZERS, SMALL_DISABLED_OPTIMIZERS, run_all
+from analyzers.modules import script as modules_script
 from analyzers.params import ClaimSpec, RooflineInputs, Thresholds
 from tracetool.errors import BadInput
 from tracetool.reader import Trace, find_traces, open_trace
@@ -93,14 +95,19 @@ def connect(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | Non
     this connection only (a ``con.cursor()`` does not see them), and a connection is
     not thread-safe: use it from one thread at a time (``Analysis.query`` holds a lock).
     """
+    return _open(traces, roofline=roofline, thresholds=thresholds, claims=claims, labels=labels)[0]
+
+
+def _open(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | None, thresholds: Thresholds | None,
+          claims: Sequence[ClaimSpec], labels: Sequence[str] | None) -> tuple[duckdb.DuckDBPyConnection, set[str]]:
+    """:func:`connect`, and the names the traces' tables were registered under."""
     from analyzers.params import roofline_inputs
 
     labels = list(labels) if labels is not None else labels_for(traces)
     roof = list(roofline) if roofline is not None else [roofline_inputs(t.meta) for t in traces]
     small = is_small(traces)  # one DuckDB thread and fewer optimizer passes
     con = duckdb.connect(":memory:", config={"threads": 1} if small else {})
-    for i, t in enumerate(traces):
-        t.register(con, prefix=f"_t{i}_")
+    registered = _register(con, traces)
     # one script, like run_all: each DuckDB call gives up the GIL and waits to take it back
     script = [
         # Analyzers order explicitly where order matters; letting DuckDB drop insertion
@@ -117,8 +124,27 @@ def connect(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | Non
     con.execute(";\n".join(script))
     _param_tables(con, traces, labels, roof, thresholds or Thresholds(), claims)
     con.execute("SET enable_external_access = false; SET python_enable_replacements = false")
-    run_all(con, SMALL_DISABLED_OPTIMIZERS if small else DISABLED_OPTIMIZERS)
-    return con
+    run_all(con, _disabled(small))
+    return con, registered
+
+
+def _register(con: duckdb.DuckDBPyConnection, traces: Sequence[Trace]) -> set[str]:
+    """Register each trace's tables as ``_t<i>_<table>``; returns the names."""
+    return {n for i, t in enumerate(traces) for n in t.register(con, prefix=f"_t{i}_")}
+
+
+def _disabled(small: bool) -> str:
+    """The optimizer passes the modules run without (see analyzers.modules)."""
+    return SMALL_DISABLED_OPTIMIZERS if small else DISABLED_OPTIMIZERS
+
+
+@contextmanager
+def _optimizers(con: duckdb.DuckDBPyConnection, small: bool) -> Iterator[None]:
+    con.execute(f"SET disabled_optimizers = '{_disabled(small)}'")
+    try:
+        yield
+    finally:
+        con.execute("RESET disabled_optimizers")
 
 
 class Session:
@@ -164,10 +190,10 @@ class Session:
             except duckdb.Error:
                 self.close()  # a fresh connection says what is wrong, if anything is
         self.close()
-        con = connect(traces, roofline=roofline, thresholds=thresholds, claims=claims, labels=labels)
+        con, self._registered = _open(traces, roofline=roofline, thresholds=thresholds, claims=claims,
+                                      labels=labels)
         self._prepare(con, small)
         self._con, self._key = con, key
-        self._registered = {f"_t{i}_{n}" for i, t in enumerate(traces) for n in set(TABLES) | set(t.tables)}
         self.opened += 1
         return con
 
@@ -181,31 +207,25 @@ class Session:
 
     def _prepare(self, con: duckdb.DuckDBPyConnection, small: bool) -> None:
         names = []
-        con.execute(f"SET disabled_optimizers = '{SMALL_DISABLED_OPTIMIZERS if small else DISABLED_OPTIMIZERS}'")
-        try:
-            for stmt in script().split(";\n"):
+        with _optimizers(con, small):
+            for stmt in modules_script().split(";\n"):
                 m = _TEMP_TABLE_RE.match(stmt.strip())
                 if m:
                     con.execute(f"PREPARE _refresh_{m.group(1)} AS INSERT INTO {m.group(1)} {m.group(2)}")
                     names.append(m.group(1))
-        finally:
-            con.execute("RESET disabled_optimizers")
         self._refresh_sql = "".join(f"DELETE FROM {n}; EXECUTE _refresh_{n};\n" for n in names)
 
     def _refresh(self, con: duckdb.DuckDBPyConnection, traces: Sequence[Trace], labels: Sequence[str],
                  roof: Sequence[RooflineInputs], small: bool) -> None:
-        names = {n for i, t in enumerate(traces) for n in t.register(con, prefix=f"_t{i}_")}
+        names = _register(con, traces)
         for gone in self._registered - names:  # a table outside the v1 set that this snapshot lacks
             con.unregister(gone)
         self._registered = names
         con.execute("DELETE FROM _traces; DELETE FROM _hardware")
         _insert(con, "_traces", _traces_rows(traces, labels))
         _insert(con, "_hardware", _hardware_rows(roof, labels))
-        con.execute(f"SET disabled_optimizers = '{SMALL_DISABLED_OPTIMIZERS if small else DISABLED_OPTIMIZERS}'")
-        try:
+        with _optimizers(con, small):
             con.execute(self._refresh_sql)  # one script: the GIL given up once (see run_all)
-        finally:
-            con.execute("RESET disabled_optimizers")
 
 
 #: A module statement that creates a summary table (re-run for each snapshot by a Session).

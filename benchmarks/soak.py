@@ -445,12 +445,10 @@ def report(args: argparse.Namespace, out: Path, servers: dict[str, Server], soak
     books = {n: servers[n].generated == probe_tokens[n] for n in servers}
     on_books = on.generated is not None and trace_tokens + int(dropped.get("tokens", 0)) == on.generated
     rec_trace = open_trace(out / "rec", strict=True)
-    rec_books = rec_trace.rows("tokens") + int((rec_trace.meta.get("dropped_rows") or {}).get("tokens", 0)) == \
-        servers["rec"].generated
+    rec_books = _accounted(rec_trace) == servers["rec"].generated
     sw_trace = open_trace(out / "switch", strict=True)
     sw_recorded = sum(w.tokens for w in every if w.server == "switch" and w.recording)
-    sw_books = sw_trace.rows("tokens") + int((sw_trace.meta.get("dropped_rows") or {}).get("tokens", 0)) == \
-        sw_recorded
+    sw_books = _accounted(sw_trace) == sw_recorded
     v_tokens, v_dropped = _viewer(out / "viewer", view_out.get("on", ""))
     sv_tokens, sv_dropped = _viewer(out / "viewer-switch", view_out.get("switch", ""))
     # a viewer attached before the first request holds every token row the server's trace does,
@@ -511,6 +509,11 @@ def report(args: argparse.Namespace, out: Path, servers: dict[str, Server], soak
     print(f"soak: {'OK' if ok else 'FAILED'} (books balance on every server, no failed request, "
           "no collector error, the NVML double labelled, the viewers saved their traces on SIGTERM and hold every row or count it dropped)")
     return 0 if ok else 1
+
+
+def _accounted(trace: Any) -> int:
+    """A trace's token rows plus the token rows its meta.json says were dropped."""
+    return int(trace.rows("tokens") + int((trace.meta.get("dropped_rows") or {}).get("tokens", 0)))
 
 
 def _viewer(directory: Path, out: str) -> tuple[int, int]:

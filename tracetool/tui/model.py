@@ -112,7 +112,7 @@ class Sessions:
 
     @property
     def reused(self) -> int:
-        """Analyses that reused a session's connection (the others opened one)."""
+        """Analyses that reused a connection, over the sessions kept (the others opened one)."""
         return sum(s.reused for s in self._made)
 
     @contextmanager
@@ -132,7 +132,9 @@ class Sessions:
                 if len(self._free) < self.keep:
                     self._free.append(session)
                     session = None
-            if session is not None:
+            if session is not None:  # more in flight than kept: this one goes
+                with self._lock:
+                    self._made.remove(session)
                 with session.lock:
                     session.close()
 
@@ -183,7 +185,7 @@ def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
             t2 = time.perf_counter()
             views[a.label] = View(a.label, a, a.to_json(), lock=a._lock)
         else:
-            a = analyzers.analyze(traces, session=session if len(traces) == 1 else None, **kw)
+            a = analyzers.analyze(traces, session=session, **kw)  # used when it is one analysis
             t2 = time.perf_counter()
             if len(a.traces) > 1:
                 views[ALL] = View(ALL, a, a.to_json(), lock=a._lock)
