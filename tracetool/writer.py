@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import array
 import atexit
+import functools
 import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +108,7 @@ class Sink:
         #: rows per second up to the last flush: when the next one is due (TraceWriter._next_wait)
         self.rate = 0.0
         self._batches: list[pa.RecordBatch] = []
-        self._feeds: list[tuple[list[Any], Callable[[list[Any]], Mapping[str, Any]]]] = []
+        self._feeds: list[tuple[Sized, Callable[[], Any], Callable[[Any], Mapping[str, Any]]]] = []
 
     def pending(self) -> int:
         raise NotImplementedError
@@ -125,8 +126,15 @@ class Sink:
         more there; ``benchmarks/bench_hooks.py``).
         """
         feed: list[Any] = []
-        self._feeds.append((feed, convert))
+        self.add_feed(feed, functools.partial(_take_list, feed), convert)
         return feed
+
+    def add_feed(self, feed: Sized, take: Callable[[], Any], convert: Callable[[Any], Mapping[str, Any]]) -> None:
+        """Drain ``feed`` at every flush: ``len(feed)`` rows are pending, ``take()`` removes and
+        returns them in the producer's own form, ``convert`` turns that into columns as
+        :meth:`append_batch` takes them. :meth:`tuple_feed` is one; the C step slot's row
+        buffer (``collectors.torch_hooks._cstep.StepRows``) is another."""
+        self._feeds.append((feed, take, convert))
 
     def append(self, values: Sequence[Any]) -> None:
         """Append one row given as plain values in the table's column order (None = null)."""
@@ -148,16 +156,13 @@ class Sink:
         self._batches.append(batch)
 
     def _feed_rows(self) -> int:
-        return sum(len(f) for f, _ in self._feeds)
+        return sum(len(f) for f, _, _ in self._feeds)
 
     def _drain_feeds(self, out: list[pa.RecordBatch]) -> None:
-        for feed, convert in self._feeds:
-            n = len(feed)
-            if not n:
+        for feed, take, convert in self._feeds:
+            if not len(feed):
                 continue
-            chunk = feed[:n]
-            del feed[:n]  # tuples appended meanwhile stay for the next drain (each list op is atomic)
-            batch = conform_batch(self.table, convert(chunk))
+            batch = conform_batch(self.table, convert(take()))
             if batch.num_rows:
                 out.append(batch)
 
@@ -180,6 +185,13 @@ class Sink:
 
     def _drain_rows(self) -> pa.RecordBatch | None:
         raise NotImplementedError
+
+
+def _take_list(feed: list[Any]) -> list[Any]:
+    n = len(feed)
+    chunk = feed[:n]
+    del feed[:n]  # tuples appended meanwhile stay for the next drain (each list op is atomic)
+    return chunk
 
 
 class PackedSink(Sink):
