@@ -78,7 +78,9 @@ class Recorder:
         elif meta:
             writer.update_meta(**dict(meta))
         self.writer = writer
-        self.enabled = enabled
+        self._enabled = bool(enabled)
+        #: collectors that keep their own copy of the flag (the C step slot): told on every change
+        self._switches: list[Callable[[bool], None]] = []
         self.errors = 0
         self._spans = _packed(writer, "spans")
         self._tokens = _packed(writer, "tokens")
@@ -87,6 +89,28 @@ class Recorder:
         self._live_spec = live
         #: The live endpoint once started (``live=``), else None.
         self.live: LiveSidecar | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """Whether rows are recorded; set it at run time to switch recording off and on."""
+        return self._enabled
+
+    @enabled.setter
+    def enabled(self, on: bool) -> None:
+        self._enabled = bool(on)
+        for fn in list(self._switches):
+            fn(self._enabled)
+
+    def on_switch(self, fn: Callable[[bool], None]) -> Callable[[], None]:
+        """Call ``fn(enabled)`` whenever :attr:`enabled` is set (a collector that keeps its own
+        copy of the flag, where reading the recorder's would cost a step); returns the undo."""
+        self._switches.append(fn)
+
+        def forget() -> None:
+            if fn in self._switches:
+                self._switches.remove(fn)
+
+        return forget
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> Recorder:
@@ -109,9 +133,18 @@ class Recorder:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def on_close(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` before the trace is closed (collectors flush their own state)."""
+    def on_close(self, fn: Callable[[], None]) -> Callable[[], None]:
+        """Run ``fn`` before the trace is closed (collectors flush their own state).
+
+        Returns a function that takes ``fn`` back (a collector removed before the recorder
+        closes: the recorder then no longer holds it, nor what it holds)."""
         self._closers.append(fn)
+
+        def forget() -> None:
+            if fn in self._closers:
+                self._closers.remove(fn)
+
+        return forget
 
     def close(self) -> None:
         """Stop collectors registered with :meth:`on_close`, then finish the trace."""
@@ -171,7 +204,7 @@ class Recorder:
     def add_span(self, name: str, start_ns: int, end_ns: int, *, request_id: str | None = None,
                  clock: str = "server") -> None:
         """Record a span with explicit timestamps."""
-        if not self.enabled:
+        if not self._enabled:
             return
         if request_id is None:
             cur = _current.get()
@@ -205,7 +238,7 @@ class Recorder:
 
         ``emit_ns`` defaults to now; other columns default to null (None works too).
         """
-        if not self.enabled:
+        if not self._enabled:
             return
         try:
             if request_id is None:
@@ -229,7 +262,7 @@ class Recorder:
 
         The cheap path for batched engines: one call per engine step.
         """
-        if not self.enabled:
+        if not self._enabled:
             return
         try:
             self._tokens.append_batch(columns)
@@ -240,7 +273,7 @@ class Recorder:
     def step(self, step_id: int, start_ns: int, end_ns: int, *, batch_size: int, prefill_tokens: int = 0,
              decode_tokens: int = 0, kv_tokens: int = 0) -> None:
         """Record one engine iteration (a forward pass over the batch)."""
-        if not self.enabled:
+        if not self._enabled:
             return
         try:
             self.writer.sink("steps").append((step_id, start_ns, end_ns, batch_size, prefill_tokens,
@@ -252,7 +285,7 @@ class Recorder:
                      output_tokens: int | None = None, status: str | None = None,
                      error: str | None = None, prompt_chars: int | None = None) -> None:
         """Record a ``requests`` row: sizes and outcome of one request."""
-        if not self.enabled:
+        if not self._enabled:
             return
         try:
             self.writer.sink("requests").append((request_id, prompt_tokens, output_tokens, status,
@@ -327,7 +360,7 @@ class RequestHandle:
               step_end_ns: int = NULL, batch_size: int = NULL, step_id: int = NULL,
               client_recv_ns: int = NULL) -> None:
         """Record token ``index`` of this request: the per-token hot path (one C call to append)."""
-        if not self._rec.enabled:
+        if not self._rec._enabled:
             return
         if len(self._buf) >= self._max_items:
             self._tok.dropped += 1

@@ -17,6 +17,15 @@ same slot) gets an instance-level ``forward`` wrapper instead (``method="wrap"``
 the way ``accelerate`` attaches its hooks); ``method="hooks"`` uses real torch
 hooks for models whose ``forward`` must not be replaced.
 
+On CPU the slot is the C object of :mod:`collectors.torch_hooks._cstep` when it
+was built at install (it is optional: no compiler, no C slot): the same inline
+path in C, writing each step as seven int64s into a buffer the writer drains.
+Run between real forward passes, with the CPU caches cold, the Python slot adds
+5-10 µs per step and the C one 1-2 µs (``benchmarks/RESULTS.md``). Anything
+unusual goes from C to the same Python general path. ``TRACETOOL_PURE_PYTHON=1``
+in the environment keeps the Python slot. CUDA-timed models always use the
+Python slot: their events are resolved off the hot path anyway.
+
 What a step records (never touching device values, so no GPU sync):
 
 * ``q_len`` and ``batch`` from the input shape;
@@ -34,10 +43,12 @@ host never waits for the device.
 
 from __future__ import annotations
 
+import array
 import contextvars
 import functools
 import inspect
 import itertools
+import os
 import threading
 import types
 from collections.abc import Callable, Iterator
@@ -51,18 +62,35 @@ from collectors.recorder import NULL, Recorder, RequestHandle, now_ns
 from collectors.torch_hooks.kv import cache_seq_len, input_shape, past_len
 from tracetool.schema import INT_NULL
 
-#: Step ids are unique within a process, so several instrumented models share one trace.
-_STEP_IDS = itertools.count(1)
 #: Raw step records: (step_id, start_ns, end_ns, batch, q_len, kv_len, prefill) on CPU; on CUDA a
 #: list that also holds the events, then the device-timed start and end once resolved.
 _capture: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar("tracetool_steps", default=None)
-#: How many capture() blocks are open in any thread: the hot path reads the context variable
-#: only when some are (a custom loop that never captures skips it).
-_CAPTURING = [0]
 _CAPTURING_LOCK = threading.Lock()
 _ATTR = "_tracetool_hooks"
 _DYNAMIC_LAYER: dict[type, bool] = {}  # layer types whose length is keys.shape[-2]
 _CACHE_KIND: dict[type, int] = {}  # 1: list of layers (>= 4.56), 2: 4.4x DynamicCache, 0: other
+
+
+def _load_cstep() -> Any:
+    """The C step slot module, or None when it was not built or ``TRACETOOL_PURE_PYTHON`` is set."""
+    if os.environ.get("TRACETOOL_PURE_PYTHON"):
+        return None
+    try:
+        from collectors.torch_hooks import _cstep
+    except ImportError:  # no compiler at install time: the Python slot does the same work
+        return None
+    return _cstep
+
+
+#: :mod:`collectors.torch_hooks._cstep` when available (tests set it to None for the Python slot)
+_cstep: Any = _load_cstep()
+#: Step ids are unique within a process, so several instrumented models share one trace. With
+#: the C slot, its counter (the slot takes ids from it without a call).
+_STEP_IDS: Any = _cstep.step_ids if _cstep is not None else itertools.count(1)
+#: How many capture() blocks are open in any thread: the hot path reads the context variable
+#: only when some are (a custom loop that never captures skips it). With the C slot, a one-int
+#: view of the C counter the slot reads.
+_CAPTURING: Any = _cstep.capturing if _cstep is not None else array.array("q", [0])
 
 
 def _cache_kind(cache: Any) -> int:
@@ -72,6 +100,23 @@ def _cache_kind(cache: Any) -> int:
     if "DynamicCache" in names and isinstance(getattr(cache, "key_cache", None), list):
         return 2
     return 0
+
+
+def _classify(cache: Any) -> tuple[int, type | None]:
+    """How the C slot reads a cache of this type inline: ``(1, layer type)`` for a list of
+    ``DynamicLayer`` s, ``(2, None)`` for a 4.4x ``DynamicCache``, ``(0, None)``: the general path.
+    Raises when the cache cannot tell yet (no layers); the C slot asks again next call."""
+    ct = type(cache)
+    kind = _CACHE_KIND.get(ct)
+    if kind is None:
+        kind = _CACHE_KIND[ct] = _cache_kind(cache)
+    if kind != 1:
+        return kind, None
+    t = type(cache.layers[0])
+    d = _DYNAMIC_LAYER.get(t)
+    if d is None:
+        d = _DYNAMIC_LAYER[t] = t.__name__ == "DynamicLayer"
+    return (1, t) if d else (0, None)
 
 
 class Step:
@@ -116,19 +161,29 @@ class HookHandle:
         self._counter = 0  # tokens fed since the sequence began (last-resort kv_len)
         self._fresh = True
         self._last: Any = None
+        #: the C step slot when one is installed (it then holds the last step), and its row buffer
+        #: (the general path's rows go there too: one buffer, one cap)
+        self._slot: Any = None
+        self._rows: Any = None
         self._undo: list[Callable[[], None]] = []
         self._timer: Any = None
         if cuda:
             from collectors.torch_hooks.cuda import CudaStepTimer
 
             self._timer = CudaStepTimer(self._write_raw, recorder)
-        recorder.on_close(self.close)
+        self._forget_close = recorder.on_close(self.close)
 
     # -- public ---------------------------------------------------------------------------
     @property
+    def accelerated(self) -> bool:
+        """True when the C step slot times this module (see the module docstring)."""
+        return self._slot is not None
+
+    @property
     def last(self) -> Step | None:
         """The most recent step of this module (any thread)."""
-        return None if self._last is None else Step(self._last)
+        raw = self._last if self._slot is None else self._slot.last
+        return None if raw is None else Step(raw)
 
     def new_sequence(self) -> None:
         """Say that the next call starts a new sequence (resets the last-resort kv counter)."""
@@ -177,9 +232,14 @@ class HookHandle:
         if not self.active:
             return
         self.active = False
+        if self._slot is not None:  # a pass-through from now on, if something still calls it
+            self._slot.active = False
         for undo in reversed(self._undo):
             self.recorder.guard(undo, where="uninstrument")
         self._undo.clear()
+        # the recorder lets go of this handle (and so of the module): what is pending is written now
+        self._forget_close()
+        self.recorder.guard(self.close, where="uninstrument")
         if self.module.__dict__.get(_ATTR) is self:
             del self.module.__dict__[_ATTR]
 
@@ -220,11 +280,17 @@ class HookHandle:
             raw = [sid, start, end, batch, q, kv, prefill, events, None, None]
             self._timer.finish(raw)
         self._last = raw
+        if self._slot is not None:
+            self._slot.last = raw
         cap = _capture.get()
         if cap is not None:
             cap.append(raw)
 
     def _write_raw(self, raw: Any) -> None:
+        if self._rows is not None:  # the C slot's buffer (CPU only: raw is a plain step tuple)
+            if not self._rows.push(raw):
+                self._sink.dropped += 1
+            return
         if len(self._feed) >= self._sink.max_pending_rows:
             self._sink.dropped += 1
             return
@@ -234,16 +300,25 @@ class HookHandle:
         self._feed.append(raw)
 
 
-def _step_columns(raws: list[Any]) -> dict[str, Any]:
-    """``steps`` columns of raw step tuples, vectorised (on the flusher thread, not the host's)."""
-    raw = np.array(raws, dtype=np.int64).reshape(-1, 7)
-    batch, prefill = raw[:, 3], raw[:, 6] != 0
-    start, end = raw[:, 1], raw[:, 2]
-    return {"step_id": raw[:, 0],
-            "start_ns": pa.array(start, pa.int64(), mask=start == INT_NULL),
-            "end_ns": pa.array(end, pa.int64(), mask=end == INT_NULL),
-            "batch_size": batch, "prefill_tokens": np.where(prefill, batch * raw[:, 4], 0),
-            "decode_tokens": np.where(prefill, 0, batch), "kv_tokens": batch * raw[:, 5]}
+def _step_columns(raws: list[Any] | bytes) -> dict[str, Any]:
+    """``steps`` columns of raw step tuples, or of the C slot's packed rows (bytes of 7 native
+    int64 per row), vectorised (on the flusher thread, not the host's), as Arrow arrays of the
+    table's own types so that the writer has nothing left to cast."""
+    raw = (np.frombuffer(raws, dtype=np.int64) if isinstance(raws, bytes)
+           else np.array(raws, dtype=np.int64)).reshape(-1, 7)
+    sid, start, end, batch, q, kv, pre = np.ascontiguousarray(raw.T)  # one pass, seven columns
+    prefill = pre != 0
+    return {"step_id": pa.array(sid, pa.int64()),
+            "start_ns": _ns_array(start), "end_ns": _ns_array(end),
+            "batch_size": pa.array(batch.astype(np.int32), pa.int32()),
+            "prefill_tokens": pa.array(np.where(prefill, batch * q, 0).astype(np.int32), pa.int32()),
+            "decode_tokens": pa.array(np.where(prefill, 0, batch).astype(np.int32), pa.int32()),
+            "kv_tokens": pa.array(batch * kv, pa.int64())}
+
+
+def _ns_array(v: np.ndarray) -> pa.Array:
+    null = v == INT_NULL  # a CUDA step whose events never resolved
+    return pa.array(v, pa.int64(), mask=null if null.any() else None)
 
 
 def _none() -> None:
@@ -283,21 +358,9 @@ def _forward_of(h: HookHandle, orig: Callable[..., Any], via_call: bool) -> Call
     tracing: Callable[[], Any] = _no_tracing
     g_bpre = g_b = g_f = g_fpre = None
     if via_call:  # what Module._call_impl checks before calling forward directly
-        import torch
-        from torch.nn.modules import module as tm
+        tracing, (g_bpre, g_b, g_f, g_fpre) = _torch_call_checks()
 
-        tracing = torch._C._get_tracing_state
-        g_bpre, g_b, g_f, g_fpre = (tm._global_backward_pre_hooks, tm._global_backward_hooks,
-                                    tm._global_forward_hooks, tm._global_forward_pre_hooks)
-
-    def inner(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """The call being timed, for the paths that are not the inline one."""
-        if not via_call:
-            return orig(*args, **kwargs)
-        if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-                or module._backward_pre_hooks or g_bpre or g_b or g_f or g_fpre or tracing()):
-            return module._call_impl(*args, **kwargs)
-        return module.forward(*args, **kwargs)
+    inner, general = _calls(h, orig, via_call)
 
     def forward(module: Any, *args: Any, **kwargs: Any) -> Any:
         nonlocal fast_cache, fast_layer
@@ -305,7 +368,7 @@ def _forward_of(h: HookHandle, orig: Callable[..., Any], via_call: bool) -> Call
             if via_call:
                 return module._call_impl(*args, **kwargs)
             return type(module).forward(module, *args, **kwargs)
-        if not h.active or not rec.enabled:
+        if not h.active or not rec._enabled:
             return inner(module, args, kwargs)
         start = now()
         try:
@@ -341,18 +404,7 @@ def _forward_of(h: HookHandle, orig: Callable[..., Any], via_call: bool) -> Call
                     shape: Any = kc[0].shape if kc else ()
                     past = shape[-2] if len(shape) > 1 else 0  # empty layers are 1-D placeholders
         except Exception:  # not the common case: the general path (never raises into the host)
-            try:
-                batch, q, kv, prefill = h._pre(args, kwargs)
-                events = timer.start() if timer is not None else None
-            except Exception as e:
-                rec.error("torch_hooks", e)
-                return inner(module, args, kwargs)
-            out = inner(module, args, kwargs)
-            try:
-                h._post(start, now(), batch, q, kv, prefill, events)
-            except Exception as e:
-                rec.error("torch_hooks", e)
-            return out
+            return general(module, start, args, kwargs)
         if not via_call:
             out = orig(*args, **kwargs)
         elif (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
@@ -396,6 +448,55 @@ def _no_tracing() -> None:
     return None
 
 
+def _torch_call_checks() -> tuple[Callable[[], Any], tuple[Any, ...]]:
+    """What ``Module._call_impl`` checks before calling ``forward`` directly: the tracing state
+    and torch's four global module hook dicts (mutated in place, never rebound)."""
+    import torch
+    from torch.nn.modules import module as tm
+
+    return torch._C._get_tracing_state, (tm._global_backward_pre_hooks, tm._global_backward_hooks,
+                                         tm._global_forward_hooks, tm._global_forward_pre_hooks)
+
+
+def _calls(h: HookHandle, orig: Callable[..., Any], via_call: bool
+           ) -> tuple[Callable[[Any, tuple[Any, ...], dict[str, Any]], Any],
+                      Callable[[Any, int, tuple[Any, ...], dict[str, Any]], Any]]:
+    """``inner(module, args, kwargs)``: the call being timed (``orig``, or what ``_call_impl``
+    does); ``general(module, start_ns, args, kwargs)``: the general path, for every call the
+    inline paths (Python or C) do not handle: classify with :meth:`HookHandle._pre`, time
+    ``inner``, record with :meth:`HookHandle._post`; a collector failure is counted, never raised."""
+    rec = h.recorder
+    timer = h._timer
+    tracing: Callable[[], Any] = _no_tracing
+    g_bpre = g_b = g_f = g_fpre = None
+    if via_call:
+        tracing, (g_bpre, g_b, g_f, g_fpre) = _torch_call_checks()
+
+    def inner(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if not via_call:
+            return orig(*args, **kwargs)
+        if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                or module._backward_pre_hooks or g_bpre or g_b or g_f or g_fpre or tracing()):
+            return module._call_impl(*args, **kwargs)
+        return module.forward(*args, **kwargs)
+
+    def general(module: Any, start: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            batch, q, kv, prefill = h._pre(args, kwargs)
+            events = timer.start() if timer is not None else None
+        except Exception as e:
+            rec.error("torch_hooks", e)
+            return inner(module, args, kwargs)
+        out = inner(module, args, kwargs)
+        try:
+            h._post(start, now_ns(), batch, q, kv, prefill, events)
+        except Exception as e:
+            rec.error("torch_hooks", e)
+        return out
+
+    return inner, general
+
+
 def _set_on_instance(h: HookHandle, module: Any, name: str, value: Any) -> None:
     """Put ``value`` in the module's instance dict under ``name``; removing the handle restores
     what was there, unless someone replaced ours since (torch.compile filling the call slot,
@@ -416,7 +517,23 @@ def _set_on_instance(h: HookHandle, module: Any, name: str, value: Any) -> None:
 
 
 def _install_call(h: HookHandle, module: Any) -> None:
-    _set_on_instance(h, module, "_compiled_call_impl", _forward_of(h, module.forward, via_call=True))
+    if _cstep is None or h._timer is not None:
+        _set_on_instance(h, module, "_compiled_call_impl", _forward_of(h, module.forward, via_call=True))
+        return
+    # the C slot: its rows go to a buffer of their own that the steps sink drains (the sink holds
+    # the buffer, never the slot, so an uninstrumented model is not kept alive by the trace)
+    sink = h._sink
+    rows = _cstep.StepRows(sink.max_pending_rows)
+    sink.add_feed(rows, rows.take, _step_columns)
+    tracing, global_hooks = _torch_call_checks()
+    own_hooks = (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks,
+                 module._backward_pre_hooks)
+    rec = h.recorder
+    slot = _cstep.StepSlot(module, rec, _calls(h, module.forward, True)[1], _classify, tracing,
+                           own_hooks + global_hooks, _STEP_IDS, _capture, sink, _none, rows, rec.enabled)
+    h._slot, h._rows = slot, rows
+    h._undo.append(rec.on_switch(functools.partial(setattr, slot, "enabled")))
+    _set_on_instance(h, module, "_compiled_call_impl", slot)
 
 
 def _install_wrapper(h: HookHandle, module: Any) -> None:
