@@ -4,6 +4,11 @@
     python benchmarks/bench_hooks.py --only overhead
     python benchmarks/bench_hooks.py --only slope
 
+Two implementations of the default timing slot are measured side by side: the
+C slot (collectors/torch_hooks/_cstep.c, what instrument() installs on CPU where
+it was built) and the Python slot (what it installs without it, or with
+TRACETOOL_PURE_PYTHON=1).
+
 overhead, part 1 (null model): a module whose forward does nothing, called the
 way generate calls a decoder (input_ids [1,1], a filled DynamicCache,
 attention_mask, position_ids, use_cache): every nanosecond added is the
@@ -19,20 +24,24 @@ and how many times more torch.profiler adds than the collector. Between real
 forward passes the collector's code runs with cold CPU caches, so it costs
 more there than on the null model.
 
-overhead, part 3 (the same model, step by step): one tiny Llama at a fixed
-context (the cache is cropped back after every step), each step assigned at
-random to "instrumented" (the timing slot installed), "plain" or "plain twin"
-(the slot removed; the noise reference), timed with the thread's CPU clock so
-that time the process spends descheduled on a shared machine is not counted.
-Same weights, same cache, same kv_len for every arm: what differs is only the
-collector. The figure is the difference of medians with a 95 % bootstrap
-interval. (Parts 1 and 2 compare different model objects, round by round;
-this one compares the same object step by step.) The writer thread's CPU per
-recorded step is read over a stretch of a third as many steps, every one of
-them recorded, after the random draw: the writer's per-second costs (its
-wake-ups, one flush a second) are spread over the steps of that second, and in
-the draw only a third of the steps are recorded, which would count them three
-times over. Both figures are printed.
+overhead, part 3 (the same model, run by run): one tiny Llama at a fixed
+context (the cache is cropped back after every step), run in blocks of four
+runs of --run-len consecutive steps, one run per arm in a fresh random order:
+"C slot" and "Python slot" (that timing slot installed), "plain" and "plain
+twin" (no slot; the twin is the noise reference), each step timed with the
+thread's CPU clock so that time the process spends descheduled on a shared
+machine is not counted. Same weights, same cache, same kv_len for every arm:
+what differs is only the collector. A run's figure is the mean of its steps
+after the first, so that each arm is measured the way an instrumented loop
+runs, its timing slot used at every step (the first step after a switch of
+arms finds the slot's data colder than any loop would; with runs of one step
+the C slot's figure is about 1 µs higher). The figure is the 10 %-trimmed mean
+of each block's difference to plain, with a 95 % bootstrap interval (pairing
+within a block takes out the machine's slow drift). (Parts 1 and 2 compare
+different model objects, round by round; this one compares the same object.)
+Then each slot runs a stretch of steps all recorded, and the writer thread's
+CPU over that stretch is divided by its steps: the rows are converted and
+written there, off the host's thread but holding the GIL for part of it.
 
 slope: the demo model (collectors.demo) on this CPU: decode step time against
 kv_len over 0-2048 context, a least-squares line (slope, r²), and the wall
@@ -87,12 +96,16 @@ def null_model_overhead(steps: int, rounds: int) -> dict[str, tuple[float, float
     ids = torch.zeros(1, 1, dtype=torch.long)
     mask = torch.ones(1, 101, dtype=torch.long)
     pos = torch.tensor([[100]])
-    models = {"plain": Null(), "call (default)": Null(), "wrap": Null(), "hooks": Null(),
+    models = {"plain": Null(), "call, Python slot": Null(), "wrap": Null(), "hooks": Null(),
               "call, disabled": Null()}
+    if c_slot_built():
+        models = {"plain": models["plain"], "call, C slot": Null(), **models}
     with tempfile.TemporaryDirectory() as d:
         rec = Recorder(d, max_pending_rows=50_000_000).start()
         off = Recorder(d + "/off", enabled=False).start()
-        instrument(models["call (default)"], rec)
+        if "call, C slot" in models:
+            instrument_with(models["call, C slot"], rec, "C slot")
+        instrument_with(models["call, Python slot"], rec, "Python slot")
         instrument(models["wrap"], rec, method="wrap")
         instrument(models["hooks"], rec, method="hooks")
         instrument(models["call, disabled"], off)
@@ -113,6 +126,32 @@ def null_model_overhead(steps: int, rounds: int) -> dict[str, tuple[float, float
     return res
 
 
+def c_slot_built() -> bool:
+    import collectors.torch_hooks as th
+
+    return th._cstep is not None
+
+
+def instrument_with(model: Any, rec: Any, slot: str) -> Any:
+    """instrument() with the C slot or the Python slot (``"C slot"`` / ``"Python slot"``)."""
+    import collectors.torch_hooks as th
+
+    saved = th._cstep
+    if slot == "Python slot":
+        th._cstep = None
+    try:
+        h = th.instrument(model, rec)
+    finally:
+        th._cstep = saved
+    assert h.accelerated is (slot == "C slot"), f"asked for the {slot}, got the other"
+    return h
+
+
+def slots() -> tuple[str, ...]:
+    """The timing slots this install can measure."""
+    return ("C slot", "Python slot") if c_slot_built() else ("Python slot",)
+
+
 def _tiny_llama() -> Any:
     """The seeded one-layer Llama both real-loop parts decode with (vocabulary 256)."""
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -129,15 +168,15 @@ def real_loop_overhead(steps: int, rounds: int) -> dict[str, list[float]]:
     from transformers import DynamicCache
 
     from collectors import Recorder
-    from collectors.torch_hooks import instrument
 
     plain = _tiny_llama()
     twin = copy.deepcopy(plain)  # the same weights: the same tokens, the same work per step
-    hooked = copy.deepcopy(plain)
+    hooked = {slot: copy.deepcopy(plain) for slot in slots()}
     prompt = torch.randint(0, 256, (1, 32))
     with tempfile.TemporaryDirectory() as d:
         rec = Recorder(d, max_pending_rows=50_000_000).start()
-        instrument(hooked, rec)
+        for slot, m in hooked.items():
+            instrument_with(m, rec, slot)
 
         def decode(m: Any, profile: bool = False) -> Callable[[], float]:
             @torch.no_grad()
@@ -159,7 +198,8 @@ def real_loop_overhead(steps: int, rounds: int) -> dict[str, list[float]]:
                 return dt
             return run
 
-        variants = {"plain": decode(plain), "plain twin": decode(twin), "instrumented": decode(hooked),
+        variants = {"plain": decode(plain), "plain twin": decode(twin),
+                    **{slot: decode(m) for slot, m in hooked.items()},
                     "torch.profiler": decode(plain, profile=True)}
         per: dict[str, list[float]] = {k: [] for k in variants}
         for r in range(rounds):
@@ -169,72 +209,104 @@ def real_loop_overhead(steps: int, rounds: int) -> dict[str, list[float]]:
     return per
 
 
-def same_model_overhead(steps: int, seed: int = 0) -> tuple[dict[str, list[int]], float, float]:
-    """Thread-CPU ns per decode step, per arm, of one model whose arm is drawn at random each step;
-    and the writer thread's CPU ns per recorded step (converting and writing the rows off the
-    host's thread, holding the GIL for part of it), which the host thread's clock does not see:
-    over the random draw, and over a stretch of ``steps // 3`` steps all recorded."""
+def same_model_overhead(blocks: int, run_len: int, seed: int = 0) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Thread-CPU ns per decode step, per arm, of one model stepped in blocks of one run of
+    ``run_len`` steps per arm (random order within a block; a run's figure is the mean of its
+    steps after the first); and per slot the writer thread's CPU ns per recorded step over a
+    stretch of ``blocks * run_len`` steps all recorded with that slot (converting and writing the
+    rows off the host's thread, holding the GIL for part of it), which the host's clock does not see."""
     import random
 
     from transformers import DynamicCache
 
     from collectors import Recorder
-    from collectors.torch_hooks import instrument
 
     model = _tiny_llama()
     prompt = torch.randint(0, 256, (1, 128))
     rng = random.Random(seed)
-    arms = ("plain", "plain twin", "instrumented")
-    per: dict[str, list[int]] = {a: [] for a in arms}
+    arms = ("plain", "plain twin", *slots())
+    per: dict[str, list[float]] = {a: [] for a in arms}
+    writer: dict[str, float] = {}
     clock = time.thread_time_ns
     with tempfile.TemporaryDirectory() as d, torch.no_grad():
-        rec = Recorder(d, max_pending_rows=50_000_000).start()
-        instrument(model, rec)
-        slot = model.__dict__.pop("_compiled_call_impl")  # the timing slot instrument() installed
-        writer_clock = time.pthread_getcpuclockid(rec.writer._thread.ident)  # type: ignore[union-attr]
-
-        def writer_cpu() -> int:
-            f0 = clock()
-            rec.writer.flush()  # what the writer had not flushed yet, on this thread
-            return time.clock_gettime_ns(writer_clock) + (clock() - f0)
-
-        w0 = writer_cpu()
+        recs = {slot: Recorder(f"{d}/{i}", max_pending_rows=50_000_000).start() for i, slot in enumerate(slots())}
+        installed = {}
+        for slot, rec in recs.items():  # each slot with a recorder of its own: its writer's CPU alone
+            instrument_with(model, rec, slot)
+            installed[slot] = model.__dict__.pop("_compiled_call_impl")  # the timing slot instrument() put there
+            model.__dict__.pop("_tracetool_hooks")
         cache = DynamicCache()
         out = model(input_ids=prompt, use_cache=True, **{CACHE_KW: cache})
         tok = out.logits[:, -1:].argmax(-1)
-        for _ in range(steps):
-            arm = arms[rng.randrange(3)]
-            if arm == "instrumented":
-                model.__dict__["_compiled_call_impl"] = slot
-            else:
+
+        def step(slot: Any) -> int:
+            nonlocal tok
+            if slot is None:
                 model.__dict__.pop("_compiled_call_impl", None)
+            else:
+                model.__dict__["_compiled_call_impl"] = slot
             t = clock()
             out = model(input_ids=tok, use_cache=True, **{CACHE_KW: cache})
             tok = out.logits[:, -1:].argmax(-1)
-            per[arm].append(clock() - t)
+            dt = clock() - t
             cache.crop(-1)  # back to 128 tokens: every step does the same work
-        w1 = writer_cpu()
-        model.__dict__["_compiled_call_impl"] = slot
-        always = steps // 3
-        for _ in range(always):  # every step recorded, as in a real instrumented loop
-            out = model(input_ids=tok, use_cache=True, **{CACHE_KW: cache})
-            tok = out.logits[:, -1:].argmax(-1)
-            cache.crop(-1)
-        w2 = writer_cpu()
+            return dt
+
+        order = list(arms)
+        for _ in range(blocks):
+            rng.shuffle(order)
+            for arm in order:
+                times = [step(installed.get(arm)) for _ in range(run_len)]
+                per[arm].append(statistics.mean(times[1:]) if run_len > 1 else times[0])
+        for slot, rec in recs.items():
+            thread = rec.writer._thread
+            assert thread is not None and thread.ident is not None
+            writer_clock = time.pthread_getcpuclockid(thread.ident)
+
+            def writer_cpu(rec: Any = rec, writer_clock: int = writer_clock) -> int:
+                f0 = clock()
+                rec.writer.flush()  # what the writer had not flushed yet, on this thread
+                return time.clock_gettime_ns(writer_clock) + (clock() - f0)
+
+            rec.writer.flush()  # the rows of the blocks above are not this stretch's
+            w0 = writer_cpu()
+            stretch = blocks * run_len
+            for _ in range(stretch):  # every step recorded, as in a real instrumented loop
+                step(installed[slot])
+            writer[slot] = (writer_cpu() - w0) / stretch
         model.__dict__.pop("_compiled_call_impl", None)
-        rec.close()
-    return per, (w1 - w0) / max(len(per["instrumented"]), 1), (w2 - w1) / max(always, 1)
+        for rec in recs.values():
+            rec.close()
+    return per, writer
 
 
-def median_diff(per: dict[str, list[int]], name: str, base: str = "plain") -> tuple[float, float, float]:
-    """Median of ``name`` minus median of ``base``, with a 95 % bootstrap interval."""
+def same_model_process(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """Part 3 in a fresh process (``--only same``): its added µs per arm and the writer's."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, __file__, "--only", "same", "--threads", str(args.threads),
+                          "--same-blocks", str(args.same_blocks), "--run-len", str(args.run_len),
+                          "--seed", str(seed)], check=True, capture_output=True, text=True).stdout
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def trimmed_mean(v: list[float], cut: float = 0.1) -> float:
+    v = sorted(v)
+    k = int(len(v) * cut)
+    v = v[k:len(v) - k]
+    return sum(v) / len(v)
+
+
+def block_diff(per: dict[str, list[float]], name: str, base: str = "plain") -> tuple[float, float, float]:
+    """10 %-trimmed mean of the per-block differences ``name - base``, with a 95 % bootstrap interval."""
     import random
 
+    diffs = [a - b for a, b in zip(per[name], per[base], strict=True)]
     rng = random.Random(0)
-    a, b = per[name], per[base]
-    boots = sorted(statistics.median(rng.choices(a, k=len(a))) - statistics.median(rng.choices(b, k=len(b)))
-                   for _ in range(200))
-    return statistics.median(a) - statistics.median(b), boots[5], boots[194]
+    boots = sorted(trimmed_mean(rng.choices(diffs, k=len(diffs))) for _ in range(400))
+    return trimmed_mean(diffs), boots[10], boots[389]
 
 
 def paired(per: dict[str, list[float]], name: str, base: str = "plain") -> tuple[float, float, float]:
@@ -305,17 +377,28 @@ def _fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", choices=["overhead", "slope"], default=None)
+    ap.add_argument("--only", choices=["overhead", "slope", "same"], default=None,
+                    help="same: part 3 once, in this process, as one JSON line (what --processes runs)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1: steadier figures)")
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--null-steps", type=int, default=2000)
     ap.add_argument("--loop-steps", type=int, default=50)
     ap.add_argument("--loop-rounds", type=int, default=160, help="rounds of the real loop (paired differences)")
-    ap.add_argument("--same-steps", type=int, default=60_000,
-                    help="steps of the same-model comparison (part 3), split at random over three arms")
+    ap.add_argument("--same-blocks", type=int, default=1_000,
+                    help="blocks of the same-model comparison (part 3), one run per arm each")
+    ap.add_argument("--run-len", type=int, default=8,
+                    help="steps per run in part 3 (the first of each run is left out; 1 = one step, kept)")
+    ap.add_argument("--processes", type=int, default=5, help="fresh processes part 3 runs in, one after the other")
+    ap.add_argument("--seed", type=int, default=0, help="part 3's arm order (--only same)")
     ap.add_argument("--per-point", type=int, default=24, help="decode steps timed at each kv_len (slope)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.only == "same":
+        import json
+
+        per, writer = same_model_overhead(args.same_blocks, args.run_len, args.seed)
+        print(json.dumps({"added": {k: block_diff(per, k) for k in per if k != "plain"}, "writer": writer}))
+        return
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, {args.threads} thread(s)")
     if args.only in (None, "overhead"):
         print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
@@ -323,7 +406,7 @@ def main() -> None:
         (bmin, bmed) = null["plain"]
         print(f"\nnull model, {args.null_steps} calls x {args.rounds} rounds (per call; min and median of rounds):")
         for k, (vmin, vmed) in null.items():
-            print(f"  {k:<16} min {vmin:7.0f} ns  added {vmin - bmin:+6.0f} ns   |  "
+            print(f"  {k:<18} min {vmin:7.0f} ns  added {vmin - bmin:+6.0f} ns   |  "
                   f"median {vmed:7.0f} ns  added {vmed - bmed:+6.0f} ns")
         real = real_loop_overhead(args.loop_steps, args.loop_rounds)
         rmed = statistics.median(real["plain"])
@@ -336,31 +419,34 @@ def main() -> None:
                 d, lo, hi = paired(real, k)
                 line += f"  added {d / 1000:+7.1f} µs  ({lo / 1000:+.1f} .. {hi / 1000:+.1f})"
             print(line)
-        hook_min = max(null["call (default)"][0] - bmin, 1.0)
-        hook_med = max(null["call (default)"][1] - bmed, 1.0)
-        real_hook = paired(real, "instrumented")[0]
         prof = paired(real, "torch.profiler")[0]
-        print(f"\ncollector added per step: {hook_min / 1000:.2f} µs (min) / {hook_med / 1000:.2f} µs (median) on "
-              f"the null model (its own cost, hot caches); {real_hook / 1000:.1f} µs on the real loop "
-              "(the same code run cold between real forward passes; see the twin for the noise)")
-        print(f"torch.profiler (CPU) added per step on the real loop: {prof / 1000:.1f} µs: "
-              f"{prof / max(real_hook, 1.0):.0f}x the collector's cost on the same loop")
-        same, writer_draw, writer_ns = same_model_overhead(args.same_steps)
-        print(f"\nthe same tiny Llama at kv_len 129, {args.same_steps} steps each drawn at random "
-              "(thread CPU time per step; difference of medians to plain, 95 % interval):")
-        for k, v in same.items():
-            line = f"  {k:<16} n {len(v):6}  median {statistics.median(v) / 1000:8.1f} µs"
-            if k != "plain":
-                d, lo, hi = median_diff(same, k)
-                line += f"  added {d / 1000:+6.2f} µs  ({lo / 1000:+.2f} .. {hi / 1000:+.2f})"
+        print("\ncollector added per step:")
+        for slot in slots():
+            name = f"call, {slot}"
+            print(f"  {slot:<12} {(null[name][0] - bmin) / 1000:.2f} µs (min) / {(null[name][1] - bmed) / 1000:.2f} µs "
+                  f"(median) on the null model (its own cost, hot caches); {paired(real, slot)[0] / 1000:.1f} µs on "
+                  "the real loop (the same code run cold between real forward passes; see the twin for the noise)")
+        print(f"torch.profiler (CPU) added per step on the real loop: {prof / 1000:.1f} µs")
+        print(f"\nthe same tiny Llama at kv_len 129, in {args.processes} fresh processes one after the other, each "
+              f"{args.same_blocks} blocks of one run of {args.run_len} steps per arm in random order (thread CPU time "
+              "per step, steps after a run's first; 10 %-trimmed mean of the per-block difference to plain, 95 % "
+              "interval; the writer's CPU per step over a stretch all recorded):")
+        results = [same_model_process(args, seed) for seed in range(args.processes)]
+        for i, r in enumerate(results):
+            print(f"  process {i + 1}: " + "; ".join(
+                f"{arm} {d / 1000:+.2f} µs ({lo / 1000:+.2f} .. {hi / 1000:+.2f})" for arm, (d, lo, hi) in r["added"].items())
+                + "; writer " + ", ".join(f"{slot} {w / 1000:.2f} µs" for slot, w in r["writer"].items()))
+        print(f"  median over the {args.processes} processes (each process's memory layout and placement differ, "
+              "and on this VM that moves a few-µs figure more than a run's own interval does):")
+        for arm in results[0]["added"]:
+            ds = [r["added"][arm][0] for r in results]
+            line = f"    {arm:<12} {statistics.median(ds) / 1000:+.2f} µs (processes {min(ds) / 1000:+.2f} .. {max(ds) / 1000:+.2f})"
+            if arm in results[0]["writer"]:
+                w = statistics.median(r["writer"][arm] for r in results)
+                total = statistics.median(r["added"][arm][0] + r["writer"][arm] for r in results)
+                line += (f", writer {w / 1000:.2f} µs, with the writer {total / 1000:+.2f} µs: torch.profiler's "
+                         f"{prof / 1000:.0f} µs above is {prof / max(total, 1.0):.0f}x that")
             print(line)
-        same_hook = median_diff(same, "instrumented")[0]
-        total = same_hook + writer_ns
-        print(f"  writer thread: {writer_ns / 1000:.2f} µs of CPU per recorded step over {args.same_steps // 3} "
-              f"steps all recorded ({writer_draw / 1000:.2f} µs over the draw, a third recorded)")
-        print(f"collector on the same model, step by step: {same_hook / 1000:+.2f} µs per step on the host's "
-              f"thread, {total / 1000:.2f} µs with the writer's; torch.profiler's {prof / 1000:.0f} µs above is "
-              f"{prof / max(total, 1.0):.0f}x that")
         print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.only in (None, "slope"):
         s = demo_slope((1, 256, 512, 768, 1024, 1280, 1536, 1792, 2047), args.per_point)
