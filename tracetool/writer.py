@@ -51,7 +51,9 @@ class Interner:
 
     Codes are never reused. A code can be retired (a finished request id) and
     is forgotten two flushes later, so a long-running server does not keep
-    every request id it ever saw.
+    every request id it ever saw. A pinned code (:meth:`pin`) is never
+    forgotten, so a producer may keep it (span names, clocks) instead of
+    asking for it on every row.
     """
 
     def __init__(self) -> None:
@@ -61,6 +63,7 @@ class Interner:
         self._lock = threading.Lock()
         self._retired: list[int] = []
         self._retiring: list[int] = []
+        self._pinned: set[int] = set()
 
     def code(self, s: str) -> int:
         c = self._codes.get(s)
@@ -72,6 +75,14 @@ class Interner:
                     self._next += 1
                     self._strings[c] = s
                     self._codes[s] = c
+        return c
+
+    def pin(self, s: str) -> int:
+        """The code of ``s``, kept for good (retiring it, as a request id that happens to equal
+        a span name, does not make it forgotten)."""
+        c = self.code(s)
+        with self._lock:
+            self._pinned.add(c)
         return c
 
     def retire(self, code: int) -> None:
@@ -87,6 +98,8 @@ class Interner:
             old, self._retiring = self._retiring, self._retired
             self._retired = []
             for c in old:
+                if c in self._pinned:
+                    continue
                 s = self._strings.pop(c, None)
                 if s is not None and self._codes.get(s) == c:
                     del self._codes[s]
