@@ -156,15 +156,22 @@ class HookHandle:
         self.method = method
         self.active = True
         self._sink: Any = recorder.sink("steps")
-        #: raw steps (step_id, start, end, batch, q_len, kv_len, prefill); the flusher derives the columns
-        self._feed: list[Any] = self._sink.tuple_feed(_step_columns)
         self._counter = 0  # tokens fed since the sequence began (last-resort kv_len)
         self._fresh = True
         self._last: Any = None
-        #: the C step slot when one is installed (it then holds the last step), and its row buffer
-        #: (the general path's rows go there too: one buffer, one cap)
+        #: the C step slot once installed (it then holds the last step)
         self._slot: Any = None
+        #: where the steps wait for the flusher, one of the two: the C slot's row buffer (the general
+        #: path's rows go there too: one buffer, one cap; the sink holds the buffer, never the slot,
+        #: so an uninstrumented model is not kept alive by the trace), or a list of raw steps
+        #: (step_id, start, end, batch, q_len, kv_len, prefill) the flusher derives the columns of
         self._rows: Any = None
+        self._feed: list[Any] = []
+        if method == "call" and not cuda and _cstep is not None:
+            self._rows = _cstep.StepRows(self._sink.max_pending_rows)
+            self._sink.add_feed(self._rows, self._rows.take, _step_columns)
+        else:
+            self._feed = self._sink.tuple_feed(_step_columns)
         self._undo: list[Callable[[], None]] = []
         self._timer: Any = None
         if cuda:
@@ -517,21 +524,16 @@ def _set_on_instance(h: HookHandle, module: Any, name: str, value: Any) -> None:
 
 
 def _install_call(h: HookHandle, module: Any) -> None:
-    if _cstep is None or h._timer is not None:
+    if h._rows is None:  # no C slot here (not built, or CUDA timing): the Python one
         _set_on_instance(h, module, "_compiled_call_impl", _forward_of(h, module.forward, via_call=True))
         return
-    # the C slot: its rows go to a buffer of their own that the steps sink drains (the sink holds
-    # the buffer, never the slot, so an uninstrumented model is not kept alive by the trace)
-    sink = h._sink
-    rows = _cstep.StepRows(sink.max_pending_rows)
-    sink.add_feed(rows, rows.take, _step_columns)
     tracing, global_hooks = _torch_call_checks()
     own_hooks = (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks,
                  module._backward_pre_hooks)
     rec = h.recorder
     slot = _cstep.StepSlot(module, rec, _calls(h, module.forward, True)[1], _classify, tracing,
-                           own_hooks + global_hooks, _STEP_IDS, _capture, sink, _none, rows, rec.enabled)
-    h._slot, h._rows = slot, rows
+                           own_hooks + global_hooks, _STEP_IDS, _capture, h._sink, _none, h._rows, rec.enabled)
+    h._slot = slot
     h._undo.append(rec.on_switch(functools.partial(setattr, slot, "enabled")))
     _set_on_instance(h, module, "_compiled_call_impl", slot)
 
