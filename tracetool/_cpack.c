@@ -26,6 +26,14 @@
  * Python path for that flush. It runs with the GIL held from start to end, so
  * the interner's dict cannot change under it.
  *
+ *     pack_tuples(rows, kinds, address) -> number of rows
+ *
+ * does the same for a list of row tuples of Python values (RowSink's rows, the
+ * tables with float columns, gpu): kinds as above plus b'd' float64, b's' a str
+ * itself; None is null. A value of another type (a numpy scalar, a float in an
+ * int column, an int32 that does not fit) raises, and the Python path, which
+ * coerces what it can, does that flush.
+ *
  *     release(address)
  *
  * releases a struct that was not imported (an import that failed).
@@ -245,6 +253,10 @@ fail:
     return -1;
 }
 
+static Batch *new_batch(Py_ssize_t ncols);
+static void finish_column(Batch *b, Py_ssize_t j, Py_ssize_t n);
+static void export_batch(Batch *b, Py_ssize_t n, unsigned long long address);
+
 static PyObject *
 pack(PyObject *Py_UNUSED(module), PyObject *args)
 {
@@ -263,13 +275,8 @@ pack(PyObject *Py_UNUSED(module), PyObject *args)
     }
     Py_ssize_t n = view.len / (Py_ssize_t)(ncols * sizeof(int64_t));
     const int64_t *rows = (const int64_t *)view.buf;
-    b = calloc(1, sizeof(Batch));
-    if (b == NULL || (b->cols = calloc((size_t)ncols, sizeof(Column))) == NULL
-        || (b->child_ptrs = calloc((size_t)ncols, sizeof(struct ArrowArray *))) == NULL) {
-        PyErr_NoMemory();
+    if ((b = new_batch(ncols)) == NULL)
         goto fail;
-    }
-    b->ncols = ncols;
     for (Py_ssize_t j = 0; j < ncols; j++) {
         Column *c = &b->cols[j];
         int rc;
@@ -283,28 +290,217 @@ pack(PyObject *Py_UNUSED(module), PyObject *args)
         }
         if (rc < 0)
             goto fail;
-        c->array.length = n;
-        c->array.buffers = c->buffers;
-        c->array.release = release_child;
-        b->child_ptrs[j] = &c->array;
+        finish_column(b, j, n);
     }
+    export_batch(b, n, address);
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(n);
+fail:
+    free_batch(b);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+/* Column j of a list of row tuples (RowSink's rows): b'l'/b'i' an int (int32: must fit), b'd' a
+ * float (an int or anything with __float__ too), b's' a str; None is null. Anything else raises,
+ * and the caller takes the Python path, which coerces what it can. */
+static int
+object_column(Column *c, PyObject *rows, Py_ssize_t n, Py_ssize_t j, char kind)
+{
+    size_t width = kind == 'i' ? 4 : 8;
+    int32_t *offsets = NULL;
+    char *data = NULL;
+    void *values = NULL;
+    uint8_t *bits = new_bitmap(n);
+    size_t total = 0, cap = 0;
+    if (kind == 's') {
+        offsets = malloc((size_t)(n + 1) * sizeof(int32_t));
+        cap = 64;
+        data = malloc(cap);
+        if (offsets != NULL)
+            offsets[0] = 0;
+    }
+    else
+        values = malloc(n ? (size_t)n * width : 1);
+    if (bits == NULL || (kind == 's' ? (offsets == NULL || data == NULL) : values == NULL)) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    int64_t nulls = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyTuple_GET_ITEM(PyList_GET_ITEM(rows, i), j);
+        if (v == Py_None) {
+            nulls++;
+            bits[i >> 3] &= (uint8_t)~(1u << (i & 7));
+            if (kind == 's')
+                offsets[i + 1] = (int32_t)total;
+            else if (kind == 'd')
+                ((double *)values)[i] = 0.0;
+            else if (kind == 'i')
+                ((int32_t *)values)[i] = 0;
+            else
+                ((int64_t *)values)[i] = 0;
+            continue;
+        }
+        if (kind == 'd') {
+            double d = PyFloat_AsDouble(v);
+            if (d == -1.0 && PyErr_Occurred())
+                goto fail;
+            ((double *)values)[i] = d;
+        }
+        else if (kind == 'l' || kind == 'i') {
+            if (!PyLong_Check(v)) { /* a float, a numpy scalar: the Python path decides */
+                PyErr_SetString(PyExc_TypeError, "not an int");
+                goto fail;
+            }
+            long long x = PyLong_AsLongLong(v);
+            if (x == -1 && PyErr_Occurred())
+                goto fail;
+            if (kind == 'i') {
+                if (x < INT32_MIN || x > INT32_MAX) {
+                    PyErr_SetString(PyExc_OverflowError, "does not fit an int32");
+                    goto fail;
+                }
+                ((int32_t *)values)[i] = (int32_t)x;
+            }
+            else
+                ((int64_t *)values)[i] = (int64_t)x;
+        }
+        else { /* 's' */
+            if (!PyUnicode_Check(v)) {
+                PyErr_SetString(PyExc_TypeError, "not a str");
+                goto fail;
+            }
+            Py_ssize_t len;
+            const char *u = PyUnicode_AsUTF8AndSize(v, &len);
+            if (u == NULL)
+                goto fail;
+            if (total + (size_t)len > INT32_MAX) {
+                PyErr_SetString(PyExc_OverflowError, "more than 2 GiB of strings in one batch");
+                goto fail;
+            }
+            if (total + (size_t)len > cap) {
+                while (total + (size_t)len > cap)
+                    cap *= 2;
+                char *grown = realloc(data, cap);
+                if (grown == NULL) {
+                    PyErr_NoMemory();
+                    goto fail;
+                }
+                data = grown;
+            }
+            memcpy(data + total, u, (size_t)len);
+            total += (size_t)len;
+            offsets[i + 1] = (int32_t)total;
+        }
+    }
+    if (nulls == 0) {
+        free(bits);
+        bits = NULL;
+    }
+    c->owned[0] = bits;
+    c->buffers[0] = bits;
+    if (kind == 's') {
+        c->owned[1] = offsets;
+        c->owned[2] = data;
+        c->buffers[1] = offsets;
+        c->buffers[2] = data;
+        c->array.n_buffers = 3;
+    }
+    else {
+        c->owned[1] = values;
+        c->buffers[1] = values;
+        c->array.n_buffers = 2;
+    }
+    c->array.null_count = nulls;
+    return 0;
+fail:
+    free(bits);
+    free(offsets);
+    free(data);
+    free(values);
+    return -1;
+}
+
+/* The parent struct array over b's columns, written at `address`. */
+static void
+export_batch(Batch *b, Py_ssize_t n, unsigned long long address)
+{
     b->parent_buffers[0] = NULL;
     struct ArrowArray *out = (struct ArrowArray *)(uintptr_t)address;
     out->length = n;
     out->null_count = 0;
     out->offset = 0;
     out->n_buffers = 1;
-    out->n_children = ncols;
+    out->n_children = b->ncols;
     out->buffers = b->parent_buffers;
     out->children = b->child_ptrs;
     out->dictionary = NULL;
     out->private_data = b;
     out->release = release_batch;
-    PyBuffer_Release(&view);
+}
+
+static Batch *
+new_batch(Py_ssize_t ncols)
+{
+    Batch *b = calloc(1, sizeof(Batch));
+    if (b == NULL || (b->cols = calloc((size_t)ncols, sizeof(Column))) == NULL
+        || (b->child_ptrs = calloc((size_t)ncols, sizeof(struct ArrowArray *))) == NULL) {
+        free_batch(b);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    b->ncols = ncols;
+    return b;
+}
+
+static void
+finish_column(Batch *b, Py_ssize_t j, Py_ssize_t n)
+{
+    Column *c = &b->cols[j];
+    c->array.length = n;
+    c->array.buffers = c->buffers;
+    c->array.release = release_child;
+    b->child_ptrs[j] = &c->array;
+}
+
+static PyObject *
+pack_tuples(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *rows;
+    const char *kinds;
+    Py_ssize_t ncols;
+    unsigned long long address;
+    if (!PyArg_ParseTuple(args, "O!y#K:pack_tuples", &PyList_Type, &rows, &kinds, &ncols, &address))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(rows);
+    if (ncols <= 0 || address == 0) {
+        PyErr_SetString(PyExc_ValueError, "pack_tuples: no columns");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *r = PyList_GET_ITEM(rows, i);
+        if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != ncols) {
+            PyErr_SetString(PyExc_ValueError, "pack_tuples: a row is not a tuple of the table's width");
+            return NULL;
+        }
+    }
+    Batch *b = new_batch(ncols);
+    if (b == NULL)
+        return NULL;
+    for (Py_ssize_t j = 0; j < ncols; j++) {
+        if (strchr("lids", kinds[j]) == NULL || kinds[j] == '\0') {
+            PyErr_Format(PyExc_ValueError, "pack_tuples: unknown column kind %c", kinds[j]);
+            goto fail;
+        }
+        if (object_column(&b->cols[j], rows, n, j, kinds[j]) < 0)
+            goto fail;
+        finish_column(b, j, n);
+    }
+    export_batch(b, n, address);
     return PyLong_FromSsize_t(n);
 fail:
     free_batch(b);
-    PyBuffer_Release(&view);
     return NULL;
 }
 
@@ -322,6 +518,8 @@ release(PyObject *Py_UNUSED(module), PyObject *arg)
 
 static PyMethodDef methods[] = {
     {"pack", pack, METH_VARARGS, "pack(rows, ncols, kinds, strings, address) -> rows: see the module's source."},
+    {"pack_tuples", pack_tuples, METH_VARARGS,
+     "pack_tuples(rows, kinds, address) -> rows: a list of row tuples, see the module's source."},
     {"release", release, METH_O, "release(address): release an ArrowArray that was not imported."},
     {NULL, NULL, 0, NULL},
 };

@@ -240,10 +240,8 @@ class PackedSink(Sink):
         self.max_items = max_pending_rows * self.ncols
         self._is_str = [c.kind == "string" for c in table.columns]
         #: the C packer's column kinds, and the struct ArrowArray it fills (flusher thread only)
-        self._kinds = "".join("s" if c.kind == "string" else "l" if c.type.bit_width == 64 else "i"
-                              for c in table.columns).encode() if all(
-            c.kind == "string" or c.type.bit_width in (32, 64) for c in table.columns) else None
-        self._c_array = ctypes.create_string_buffer(80)  # sizeof(struct ArrowArray)
+        self._kinds = _c_kinds(table, floats=False)
+        self._c_array = ctypes.create_string_buffer(_ARROW_ARRAY_SIZE)
 
     def pending(self) -> int:
         return len(self.buf) // self.ncols + self._pending_batch_rows() + self._feed_rows()
@@ -297,15 +295,8 @@ class PackedSink(Sink):
         dozen rows, against ~100 µs through numpy and one pyarrow call per column); None when it
         cannot (the numpy path then does it, and says why if it cannot either)."""
         address = ctypes.addressof(self._c_array)
-        try:
-            _cpack.pack(chunk, self.ncols, self._kinds, self.interner._strings, address)
-        except Exception:
-            return None
-        try:
-            return pa.RecordBatch._import_from_c(address, self.schema)
-        except Exception:
-            _cpack.release(address)
-            return None
+        return _import_packed(address, self.schema, _cpack.pack, chunk, self.ncols, self._kinds,
+                              self.interner._strings, address)
 
     def _strings(self, codes: np.ndarray) -> pa.Array:
         if len(codes) <= SMALL_STRING_ROWS:  # a small flush: a Python lookup beats the kernels' fixed cost
@@ -323,6 +314,9 @@ class RowSink(Sink):
     def __init__(self, table: Table, max_pending_rows: int) -> None:
         super().__init__(table, max_pending_rows)
         self.rows: list[tuple[Any, ...]] = []
+        #: the C packer's column kinds, and the struct ArrowArray it fills (flusher thread only)
+        self._kinds = _c_kinds(table, floats=True)
+        self._c_array = ctypes.create_string_buffer(_ARROW_ARRAY_SIZE)
 
     def pending(self) -> int:
         return len(self.rows) + self._pending_batch_rows() + self._feed_rows()
@@ -341,6 +335,11 @@ class RowSink(Sink):
             return None
         rows = self.rows[:n]
         del self.rows[:n]
+        if _cpack is not None and self._kinds is not None and n <= CPACK_MAX_ROWS:
+            address = ctypes.addressof(self._c_array)
+            batch = _import_packed(address, self.schema, _cpack.pack_tuples, rows, self._kinds, address)
+            if batch is not None:
+                return batch
         arrays = []
         for j, col in enumerate(self.table.columns):
             values = [r[j] for r in rows]
@@ -350,6 +349,40 @@ class RowSink(Sink):
                 # one bad value must not lose the batch: keep what converts
                 arrays.append(pa.array([_coerce(v, col.kind) for v in values], col.type))
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+#: sizeof(struct ArrowArray) of the Arrow C data interface
+_ARROW_ARRAY_SIZE = 80
+
+
+def _c_kinds(table: Table, floats: bool) -> bytes | None:
+    """The C packer's kind of each column (``l`` int64, ``i`` int32, ``s`` string, ``d`` float64
+    where ``floats``), or None when a column has a type it does not build."""
+    kinds = []
+    for c in table.columns:
+        if c.kind == "string":
+            kinds.append("s")
+        elif c.kind == "float" and floats and c.type == pa.float64():
+            kinds.append("d")
+        elif c.kind == "int" and c.type.bit_width in (32, 64):
+            kinds.append("l" if c.type.bit_width == 64 else "i")
+        else:
+            return None
+    return "".join(kinds).encode()
+
+
+def _import_packed(address: int, schema: pa.Schema, pack: Callable[..., int], *args: Any) -> pa.RecordBatch | None:
+    """``pack(*args)`` fills the struct ArrowArray at ``address``; the batch pyarrow imports from
+    it, or None when the packer gave up (the Python path then converts those rows)."""
+    try:
+        pack(*args)
+    except Exception:
+        return None
+    try:
+        return pa.RecordBatch._import_from_c(address, schema)
+    except Exception:
+        _cpack.release(address)
+        return None
 
 
 def _coerce(v: Any, kind: str) -> Any:
@@ -593,6 +626,7 @@ class TraceWriter:
         self._closed = False
         self._started = False
         self._listeners: list[Callable[[str, pa.RecordBatch], None]] = []
+        self._flushed: list[Callable[[], None]] = []
 
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> TraceWriter:
@@ -707,23 +741,39 @@ class TraceWriter:
         return sorted(self._declared)
 
     # -- batch listeners (the live endpoint's tap) -------------------------------------
-    def add_listener(self, fn: Callable[[str, pa.RecordBatch], None]) -> None:
-        """Call ``fn(table, batch)`` after each record batch is written to the trace.
+    def add_listener(self, fn: Callable[[str, pa.RecordBatch], None], *,
+                     flushed: Callable[[], None] | None = None) -> None:
+        """Call ``fn(table, batch)`` after each record batch is written to the trace, and
+        ``flushed()`` once after a flush that wrote any (so a listener that hands batches to a
+        thread of its own wakes it once per flush, not once per table: every wake-up is a
+        context switch on the host's cores, ten flushes a second while live).
 
-        It runs on the thread that flushes (the flusher, or whoever calls
-        :meth:`flush`/:meth:`close`) with the flush lock held, so it must return
+        They run on the thread that flushes (the flusher, or whoever calls
+        :meth:`flush`/:meth:`close`) with the flush lock held, so they must return
         at once and never block (the live endpoint only appends to bounded
-        queues). An exception in it is said once on stderr and ignored.
+        queues). An exception in one is said once on stderr and ignored.
         """
         self._listeners = [*self._listeners, fn]
+        if flushed is not None:
+            self._flushed = [*self._flushed, flushed]
 
-    def remove_listener(self, fn: Callable[[str, pa.RecordBatch], None]) -> None:
+    def remove_listener(self, fn: Callable[[str, pa.RecordBatch], None], *,
+                        flushed: Callable[[], None] | None = None) -> None:
         self._listeners = [f for f in self._listeners if f is not fn]
+        self._flushed = [f for f in self._flushed if f is not flushed]
 
     def _tell(self, name: str, batch: pa.RecordBatch) -> None:
         for fn in self._listeners:
             try:
                 fn(name, batch)
+            except Exception as e:  # a listener must never stop the writer
+                say_once(f"writer-listener-{id(fn)}", f"trace listener failed ({type(e).__name__}: {e}); "
+                         "ignored, the trace is still written")
+
+    def _tell_flushed(self) -> None:
+        for fn in self._flushed:
+            try:
+                fn()
             except Exception as e:  # a listener must never stop the writer
                 say_once(f"writer-listener-{id(fn)}", f"trace listener failed ({type(e).__name__}: {e}); "
                          "ignored, the trace is still written")
@@ -785,6 +835,8 @@ class TraceWriter:
             wrote |= self._flush_sink(name, sink)
         if wrote:
             self.interner.collect()
+            if self._flushed:
+                self._tell_flushed()
         if self.dropped != self.meta.get("dropped_rows"):
             self._update_drops()
         if self.meta_version != self._meta_written:

@@ -20,9 +20,10 @@ from hypothesis import strategies as st
 
 import tracetool.writer as writer
 from tracetool.schema import INT_NULL, TABLES
-from tracetool.writer import Interner, PackedSink
+from tracetool.writer import Interner, PackedSink, RowSink
 
 PACKED = sorted(name for name, t in TABLES.items() if all(c.kind != "float" for c in t.columns))
+ROWS = sorted(set(TABLES) - set(PACKED))
 
 
 def test_the_c_packer_is_built_where_a_compiler_is() -> None:
@@ -82,6 +83,87 @@ def test_the_c_packer_builds_what_the_numpy_path_builds(name: str, data: Any, cp
     assert c.schema.equals(py.schema)
     assert c.equals(py), (c.to_pylist(), py.to_pylist())
     assert [a.null_count for a in c.columns] == [a.null_count for a in py.columns]
+
+
+def _tuple_batches(sink: RowSink, rows: list[tuple[Any, ...]], cpack: Any,
+                   monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, bool]:
+    """The rows drained with the C packer and with the Python path (a batch, or the type of the
+    exception the drain raised), and whether the C packer built its batch itself (else it gave
+    up and the Python path did it)."""
+    calls: list[int] = []
+
+    class Spy:  # the real packer, counting the batches it built
+        def __getattr__(self, name: str) -> Any:
+            return getattr(cpack, name)
+
+        @staticmethod
+        def pack_tuples(*a: Any) -> int:
+            n = int(cpack.pack_tuples(*a))
+            calls.append(n)
+            return n
+
+    def drain() -> Any:
+        sink.rows = list(rows)
+        try:
+            return sink._drain_rows()
+        except Exception as e:  # the Python path cannot convert it either: the flusher drops it
+            return type(e)
+
+    with monkeypatch.context() as m:  # undone per call: hypothesis runs many examples per test
+        m.setattr(writer, "_cpack", Spy())
+        c = drain()
+        m.setattr(writer, "_cpack", None)
+        py = drain()
+    return c, py, bool(calls)
+
+
+@given(data=st.data())
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.mark.parametrize("name", ROWS)
+def test_the_c_packer_builds_row_tuples_as_the_python_path_does(name: str, data: Any, cpack: Any,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    table = TABLES[name]
+    values = {
+        "int": st.one_of(st.none(), st.integers(-(1 << 31), (1 << 31) - 1), st.booleans()),
+        "float": st.one_of(st.none(), st.floats(allow_nan=False), st.integers(-(1 << 53), 1 << 53)),
+        "string": st.one_of(st.none(), TEXTS),
+    }
+    if any(c.type == pa.int64() for c in table.columns):
+        values["int64"] = st.one_of(st.none(), st.integers(-(1 << 63), (1 << 63) - 1))
+    row = st.tuples(*[values["int64" if c.type == pa.int64() else c.kind] for c in table.columns])
+    rows = data.draw(st.lists(row, min_size=1, max_size=40))
+    c, py, built = _tuple_batches(RowSink(table, 10_000), rows, cpack, monkeypatch)
+    assert built, "the C packer gave up on plain Python values"
+    assert isinstance(c, pa.RecordBatch) and isinstance(py, pa.RecordBatch)
+    c.validate(full=True)
+    assert c.schema.equals(py.schema)
+    assert c.to_pylist() == py.to_pylist()
+    assert [a.null_count for a in c.columns] == [a.null_count for a in py.columns]
+
+
+@pytest.mark.parametrize("odd", ["numpy scalar", "float for an int", "int32 that does not fit", "str for a float"])
+def test_a_value_the_c_packer_does_not_take_leaves_the_flush_to_the_python_path(
+        odd: str, cpack: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
+    table = TABLES["gpu"]
+    row: list[Any] = [1_000, 0] + [None] * (len(table.columns) - 2)
+    if odd == "numpy scalar":
+        row[2] = np.float32(55.5)
+        row[0] = np.int64(1_000)
+    elif odd == "float for an int":
+        row[1] = 1.0
+    elif odd == "int32 that does not fit":
+        row[1] = 1 << 40
+    else:
+        row[3] = "12.5"
+    sink = RowSink(table, 100)
+    c, py, built = _tuple_batches(sink, [tuple(row)], cpack, monkeypatch)
+    assert not built
+    if isinstance(py, type):  # the Python path cannot convert it either (an int32 that does not fit)
+        assert c is py
+    else:
+        assert c.to_pylist() == py.to_pylist()
 
 
 def test_text_that_is_not_utf8_takes_the_numpy_path(cpack: Any, tmp_path: Any) -> None:

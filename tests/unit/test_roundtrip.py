@@ -263,3 +263,19 @@ def test_rows_arriving_fast_are_flushed_near_flush_rows(tmp_path: Path) -> None:
     assert sum(sizes) == i
     assert len(sizes) >= i // 400 // 2, sizes
     assert max(sizes[1:-1]) <= 400 * 3, sizes
+
+
+def test_listeners_hear_each_batch_and_once_per_flush_that_wrote(tmp_path: Path) -> None:
+    """The live endpoint's forwarder is woken once per flush (``flushed``), not once per table."""
+    batches: list[tuple[str, int]] = []
+    flushes: list[int] = []
+    with TraceWriter(tmp_path, flush_interval_s=3600) as w:
+        w.add_listener(lambda name, b: batches.append((name, b.num_rows)), flushed=lambda: flushes.append(len(batches)))
+        w.sink("tokens").append(("r", 0, 1, 2, None, None, None, None, None))
+        w.sink("spans").append(("r", "decode", 1, 2, "server"))
+        w.sink("steps").append((0, 1, 2, 1, 0, 1, 2))
+        w.flush()
+        assert sorted(batches) == [("spans", 1), ("steps", 1), ("tokens", 1)]
+        assert flushes == [3], "one call after the flush, with every batch already told"
+        w.flush()  # nothing pending: no batch, no call
+        assert flushes == [3]

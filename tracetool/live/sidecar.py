@@ -178,7 +178,8 @@ class LiveSidecar:
 
     # -- the writer's tap --------------------------------------------------------------------------
     def on_batch(self, table: str, batch: pa.RecordBatch) -> None:
-        """Queue a written batch for the endpoint process; never blocks (full queue: dropped, counted)."""
+        """Queue a written batch for the endpoint process; never blocks (full queue: dropped,
+        counted). The forwarder is woken by :meth:`on_flushed`, once per flush."""
         n = batch.num_rows
         with self._cond:
             if self._closing or self._gone:
@@ -188,7 +189,12 @@ class LiveSidecar:
                 return
             self._pending.append((BATCH, (table, batch)))
             self._pending_rows += n
-            self._cond.notify()
+
+    def on_flushed(self) -> None:
+        """The writer finished a flush: wake the forwarder for what it queued."""
+        with self._cond:
+            if self._pending:
+                self._cond.notify()
 
     def stats(self, viewer: str | None = None, timeout_s: float = 10.0) -> dict[str, Any]:
         """The endpoint's counters (rows streamed, viewers, drops, refusals), plus the host's drops."""
@@ -289,7 +295,7 @@ def start_live(writer: TraceWriter, live: str | LiveConfig | Mapping[str, Any]) 
     ep = LiveSidecar(cfg, meta=lambda: writer.meta, tables=lambda: writer.declared,
                      writer_dropped=lambda: writer.dropped, meta_version=lambda: writer.meta_version).start()
     writer.flush_interval_s = min(writer.flush_interval_s, cfg.flush_interval_s)
-    writer.add_listener(ep.on_batch)
+    writer.add_listener(ep.on_batch, flushed=ep.on_flushed)
     token = cfg.resolved_token() is not None
     writer.update_meta(live={"address": str(ep.address), "tls": ep.tls, "token_required": token})
     guard = "token required" if token else "no token: anyone who can reach it may watch"
