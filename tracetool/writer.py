@@ -43,27 +43,16 @@ import pyarrow.compute as pc
 
 from tracetool.errors import BadInput
 from tracetool.meta import new_meta, write_meta
+from tracetool.native import load_optional
 from tracetool.notices import say_once
 from tracetool.schema import INT_NULL, TABLES, Table, table_file_name
 
-
-def _load_cpack() -> Any:
-    """The C batch packer (:mod:`tracetool._cpack`), or None when it was not built or
-    ``TRACETOOL_PURE_PYTHON`` is set: the numpy path does the same work."""
-    if os.environ.get("TRACETOOL_PURE_PYTHON"):
-        return None
-    try:
-        from tracetool import _cpack
-    except ImportError:  # no compiler at install time
-        return None
-    return _cpack
-
-
 #: :mod:`tracetool._cpack` when available (tests set it to None for the numpy path)
-_cpack: Any = _load_cpack()
+_cpack: Any = load_optional("tracetool._cpack")
 #: Flushes of up to this many rows go through the C packer; larger ones through numpy, whose
 #: vectorised string lookup (distinct codes only) is faster for a big flush's repeated ids.
 CPACK_MAX_ROWS = 4096
+
 
 class Interner:
     """Maps strings to int64 codes for the packed buffers; thread-safe.
@@ -240,7 +229,7 @@ class PackedSink(Sink):
         self.max_items = max_pending_rows * self.ncols
         self._is_str = [c.kind == "string" for c in table.columns]
         #: the C packer's column kinds, and the struct ArrowArray it fills (flusher thread only)
-        self._kinds = _c_kinds(table, floats=False)
+        self._kinds = _c_kinds(table)
         self._c_array = ctypes.create_string_buffer(_ARROW_ARRAY_SIZE)
 
     def pending(self) -> int:
@@ -315,7 +304,7 @@ class RowSink(Sink):
         super().__init__(table, max_pending_rows)
         self.rows: list[tuple[Any, ...]] = []
         #: the C packer's column kinds, and the struct ArrowArray it fills (flusher thread only)
-        self._kinds = _c_kinds(table, floats=True)
+        self._kinds = _c_kinds(table)
         self._c_array = ctypes.create_string_buffer(_ARROW_ARRAY_SIZE)
 
     def pending(self) -> int:
@@ -355,14 +344,14 @@ class RowSink(Sink):
 _ARROW_ARRAY_SIZE = 80
 
 
-def _c_kinds(table: Table, floats: bool) -> bytes | None:
-    """The C packer's kind of each column (``l`` int64, ``i`` int32, ``s`` string, ``d`` float64
-    where ``floats``), or None when a column has a type it does not build."""
+def _c_kinds(table: Table) -> bytes | None:
+    """The C packer's kind of each column (``l`` int64, ``i`` int32, ``s`` string, ``d`` float64),
+    or None when a column has a type it does not build."""
     kinds = []
     for c in table.columns:
         if c.kind == "string":
             kinds.append("s")
-        elif c.kind == "float" and floats and c.type == pa.float64():
+        elif c.kind == "float" and c.type == pa.float64():
             kinds.append("d")
         elif c.kind == "int" and c.type.bit_width in (32, 64):
             kinds.append("l" if c.type.bit_width == 64 else "i")
@@ -561,7 +550,7 @@ class _StreamFile:
         comp = self.compression if batch.num_rows >= COMPRESS_MIN_ROWS else None
         if comp is None:
             # an uncompressed batch's stream message is what serialize() gives (one call, ~3 µs,
-            # against ~12 µs through a stream writer and a Python file; tests/unit/test_writer.py
+            # against ~12 µs through a stream writer and a Python file; tests/unit/test_cpack.py
             # checks the bytes are the same)
             self._write(batch.serialize())
             return
@@ -762,18 +751,10 @@ class TraceWriter:
         self._listeners = [f for f in self._listeners if f is not fn]
         self._flushed = [f for f in self._flushed if f is not flushed]
 
-    def _tell(self, name: str, batch: pa.RecordBatch) -> None:
-        for fn in self._listeners:
+    def _tell(self, fns: list[Callable[..., None]], *args: Any) -> None:
+        for fn in fns:
             try:
-                fn(name, batch)
-            except Exception as e:  # a listener must never stop the writer
-                say_once(f"writer-listener-{id(fn)}", f"trace listener failed ({type(e).__name__}: {e}); "
-                         "ignored, the trace is still written")
-
-    def _tell_flushed(self) -> None:
-        for fn in self._flushed:
-            try:
-                fn()
+                fn(*args)
             except Exception as e:  # a listener must never stop the writer
                 say_once(f"writer-listener-{id(fn)}", f"trace listener failed ({type(e).__name__}: {e}); "
                          "ignored, the trace is still written")
@@ -836,7 +817,7 @@ class TraceWriter:
         if wrote:
             self.interner.collect()
             if self._flushed:
-                self._tell_flushed()
+                self._tell(self._flushed)
         if self.dropped != self.meta.get("dropped_rows"):
             self._update_drops()
         if self.meta_version != self._meta_written:
@@ -863,7 +844,7 @@ class TraceWriter:
             else:
                 sink.rows_written += batch.num_rows
                 if self._listeners:
-                    self._tell(name, batch)
+                    self._tell(self._listeners, name, batch)
         return True
 
     def _open_file(self, name: str) -> _StreamFile:

@@ -48,7 +48,6 @@ import contextvars
 import functools
 import inspect
 import itertools
-import os
 import threading
 import types
 from collections.abc import Callable, Iterator
@@ -60,6 +59,7 @@ import pyarrow as pa
 
 from collectors.recorder import NULL, Recorder, RequestHandle, now_ns
 from collectors.torch_hooks.kv import cache_seq_len, input_shape, past_len
+from tracetool.native import load_optional
 from tracetool.schema import INT_NULL
 
 #: Raw step records: (step_id, start_ns, end_ns, batch, q_len, kv_len, prefill) on CPU; on CUDA a
@@ -71,19 +71,8 @@ _DYNAMIC_LAYER: dict[type, bool] = {}  # layer types whose length is keys.shape[
 _CACHE_KIND: dict[type, int] = {}  # 1: list of layers (>= 4.56), 2: 4.4x DynamicCache, 0: other
 
 
-def _load_cstep() -> Any:
-    """The C step slot module, or None when it was not built or ``TRACETOOL_PURE_PYTHON`` is set."""
-    if os.environ.get("TRACETOOL_PURE_PYTHON"):
-        return None
-    try:
-        from collectors.torch_hooks import _cstep
-    except ImportError:  # no compiler at install time: the Python slot does the same work
-        return None
-    return _cstep
-
-
 #: :mod:`collectors.torch_hooks._cstep` when available (tests set it to None for the Python slot)
-_cstep: Any = _load_cstep()
+_cstep: Any = load_optional("collectors.torch_hooks._cstep")
 #: Step ids are unique within a process, so several instrumented models share one trace. With
 #: the C slot, its counter (the slot takes ids from it without a call).
 _STEP_IDS: Any = _cstep.step_ids if _cstep is not None else itertools.count(1)
