@@ -20,9 +20,15 @@ from tracetool.reader import open_trace
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 
+def _sigint_default() -> None:
+    """Ctrl-C as in a terminal: a background job of a non-interactive shell (how a CI runner may
+    start pytest) inherits SIGINT ignored, and then Python never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def record(out: Path, *command: str, timeout: float = 240, **kw: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "tracetool", "record", "-o", str(out), "--", *command],
-                          capture_output=True, text=True, timeout=timeout, **kw)
+                          capture_output=True, text=True, timeout=timeout, preexec_fn=_sigint_default, **kw)
 
 
 def validate(out: Path) -> dict[str, Any]:
@@ -101,7 +107,8 @@ def test_a_command_that_is_not_python_gets_an_empty_trace(tmp_path: Path) -> Non
 def test_signals_sent_to_tracetool_reach_the_program(tmp_path: Path, sig: int, code: int) -> None:
     p = subprocess.Popen([sys.executable, "-m", "tracetool", "record", "-o", str(tmp_path / "t"), "--",
                           sys.executable, str(SCRIPTS / "wait_for_signal.py")],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=_sigint_default)
     try:
         assert p.stdout is not None and p.stdout.readline().strip() == "ready"
         p.send_signal(sig)
