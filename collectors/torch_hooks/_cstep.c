@@ -44,6 +44,24 @@
 
 #define NCOLS 7 /* step_id, start_ns, end_ns, batch, q_len, kv_len, prefill */
 
+/* Code layout. Between two real forward passes the code of the per-call path is as cold as its
+ * data, and on this project's VMs each 4 KiB code page it spans costs a TLB walk: spread over
+ * three pages as the compiler laid it out, it cost ~1 us per step more than on one (the median
+ * over six processes of benchmarks/bench_hooks.py's part 3, run with both builds side by side;
+ * see benchmarks/RESULTS.md). So the functions of that path go to one section that starts on a
+ * page (call_module is emitted first and carries the alignment; the others are inlined into
+ * slot_vectorcall or follow it), and what only a first call or a failure runs is marked cold,
+ * which moves it, and the blocks that call it, out of the way. */
+#if defined(__GNUC__) && defined(__ELF__)
+#define HOT __attribute__((hot, section(".text.tracetool_step")))
+#define HOT_PAGE __attribute__((aligned(4096)))
+#define COLD __attribute__((cold, noinline))
+#else
+#define HOT
+#define HOT_PAGE
+#define COLD
+#endif
+
 /* The rows waiting for the writer: what the steps sink holds (never the model). */
 typedef struct {
     PyObject_HEAD
@@ -109,7 +127,7 @@ now_ns(void)
 }
 
 /* The value of keyword `name`, borrowed, or NULL. */
-static PyObject *
+static HOT PyObject *
 kwarg(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject *name)
 {
     if (kwnames == NULL)
@@ -130,7 +148,7 @@ kwarg(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject *name
  * (`input_ids`), else the second to last into `b` when it has at least two (`a` untouched;
  * a cache's key tensor, its sequence axis). `exact2` picks which. Returns 0 on success, -1 on
  * anything else (an error may or may not be set). */
-static int
+static HOT int
 shape_dims(PyObject *t, int exact2, int64_t *a, int64_t *b)
 {
     PyObject *sh = PyObject_GetAttr(t, G.shape);
@@ -155,7 +173,7 @@ shape_dims(PyObject *t, int exact2, int64_t *a, int64_t *b)
 }
 
 /* 1 when `obj.name` is true, 0 when false, -1 on error. */
-static int
+static HOT int
 attr_true(PyObject *obj, PyObject *name)
 {
     PyObject *v = PyObject_GetAttr(obj, name);
@@ -170,7 +188,7 @@ attr_true(PyObject *obj, PyObject *name)
  * the module or a tracer is active, 0 when not, -1 on error. The hook dicts are the module's
  * own objects, taken at install: torch mutates them in place (register_*_hook, handle.remove())
  * and creates them only in Module.__init__ / __setstate__, so no lookup is needed per call. */
-static int
+static HOT int
 hooked(StepSlot *s)
 {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(s->hook_dicts); i++)
@@ -185,7 +203,7 @@ hooked(StepSlot *s)
 }
 
 /* module.forward(*args, **kwargs), or module._call_impl(...) when hooks or tracing need it. */
-static PyObject *
+static HOT HOT_PAGE PyObject *
 call_module(StepSlot *s, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     int h = hooked(s);
@@ -212,7 +230,7 @@ call_module(StepSlot *s, PyObject *const *args, size_t nargsf, PyObject *kwnames
 }
 
 /* The Python general path: general(module, start_ns, args, kwargs). */
-static PyObject *
+static COLD PyObject *
 call_general(StepSlot *s, int64_t start, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     PyObject *tuple = NULL, *dict = NULL, *st = NULL, *out = NULL;
@@ -239,7 +257,7 @@ done:
 }
 
 /* Hand the pending exception to recorder.error("torch_hooks", exc); never raises. */
-static void
+static COLD void
 count_error(StepSlot *s)
 {
 #if PY_VERSION_HEX >= 0x030C0000
@@ -260,7 +278,7 @@ count_error(StepSlot *s)
     Py_XDECREF(value);
 }
 
-static int
+static COLD int
 add_dropped(StepSlot *s, Py_ssize_t n)
 {
     PyObject *d = PyObject_GetAttr(s->sink, s_dropped);
@@ -278,7 +296,7 @@ add_dropped(StepSlot *s, Py_ssize_t n)
 }
 
 /* Append one row to the buffer; 1 appended, 0 full (not counted here), -1 out of memory. */
-static int
+static HOT int
 append_row(StepRows *s, const int64_t *row)
 {
     if (s->rows >= s->max_rows)
@@ -300,7 +318,7 @@ append_row(StepRows *s, const int64_t *row)
     return 1;
 }
 
-static PyObject *
+static COLD PyObject *
 row_tuple(const int64_t *row)
 {
     PyObject *t = PyTuple_New(NCOLS);
@@ -318,7 +336,7 @@ row_tuple(const int64_t *row)
 }
 
 /* The step after the call: id, last step, buffer, capture. Errors are counted, not raised. */
-static void
+static HOT void
 record(StepSlot *s, int64_t start, int64_t end, int64_t batch, int64_t q, int64_t past)
 {
     long long sid;
@@ -372,7 +390,34 @@ error:
     count_error(s);
 }
 
-static PyObject *
+/* A cache type seen first: ask Python's classify(cache) how to read it. 0, or -1 for the general
+ * path. */
+static COLD int
+learn_cache(StepSlot *s, PyObject *cache)
+{
+    PyObject *r = PyObject_CallOneArg(s->classify, cache);
+    if (r == NULL)
+        return -1;
+    int kind = -1;
+    PyObject *layer = NULL;
+    if (PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2) {
+        kind = (int)PyLong_AsLong(PyTuple_GET_ITEM(r, 0));
+        layer = PyTuple_GET_ITEM(r, 1);
+    }
+    if (kind < 0 || kind > 2 || (kind == 1 && !PyType_Check(layer))) {
+        Py_DECREF(r);
+        return -1;
+    }
+    Py_INCREF(Py_TYPE(cache));
+    Py_XSETREF(s->fast_cache, (PyObject *)Py_TYPE(cache));
+    Py_XINCREF(kind == 1 ? layer : NULL);
+    Py_XSETREF(s->fast_layer, kind == 1 ? layer : NULL);
+    s->fast_kind = kind;
+    Py_DECREF(r);
+    return 0;
+}
+
+static HOT PyObject *
 slot_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     StepSlot *s = (StepSlot *)op;
@@ -393,27 +438,8 @@ slot_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kw
         cache = kwarg(args, nargs, kwnames, G.past_key_values);
     if (cache == NULL)
         goto general;
-    if ((PyObject *)Py_TYPE(cache) != s->fast_cache) { /* a cache type seen first: ask Python */
-        PyObject *r = PyObject_CallOneArg(s->classify, cache);
-        if (r == NULL)
-            goto general;
-        int kind = -1;
-        PyObject *layer = NULL;
-        if (PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2) {
-            kind = (int)PyLong_AsLong(PyTuple_GET_ITEM(r, 0));
-            layer = PyTuple_GET_ITEM(r, 1);
-        }
-        if (kind < 0 || kind > 2 || (kind == 1 && !PyType_Check(layer))) {
-            Py_DECREF(r);
-            goto general;
-        }
-        Py_INCREF(Py_TYPE(cache));
-        Py_XSETREF(s->fast_cache, (PyObject *)Py_TYPE(cache));
-        Py_XINCREF(kind == 1 ? layer : NULL);
-        Py_XSETREF(s->fast_layer, kind == 1 ? layer : NULL);
-        s->fast_kind = kind;
-        Py_DECREF(r);
-    }
+    if ((PyObject *)Py_TYPE(cache) != s->fast_cache && learn_cache(s, cache) < 0)
+        goto general;
     if (s->fast_kind == 1) { /* transformers >= 4.56 / 5.x: a list of layers */
         PyObject *layers = PyObject_GetAttr(cache, G.layers);
         if (layers == NULL)
