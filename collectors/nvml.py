@@ -399,7 +399,8 @@ class NvmlSampler:
         next_t = time.monotonic()
         try:
             while not self._stop.is_set() and self.gpus:
-                self.sample_once()
+                if self.recorder.enabled:  # switched off (Recorder.enabled): no NVML calls, no rows
+                    self.sample_once()
                 next_t += period
                 delay = next_t - time.monotonic()
                 if delay < 0:  # fell behind (a slow NVML call): skip the missed ticks, never burst

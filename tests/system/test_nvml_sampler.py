@@ -7,6 +7,7 @@ NvmlApi seam the real pynvml backend uses; the errors are pynvml's own classes.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -198,6 +199,28 @@ def test_the_thread_samples_at_its_rate_and_stops_on_close(tmp_path: Path) -> No
     assert trace.rows("gpu") >= 5 and trace.rows("gpu") == handle.nvml.samples
     assert any("NVML sampled at 50 Hz" in n for n in trace.meta["notes"])
     assert handle.nvml.cpu_ns > 0
+
+
+def test_recording_switched_off_pauses_sampling(tmp_path: Path) -> None:
+    """``Recorder.enabled = False`` stops the NVML reads and the rows, on resumes both."""
+    api = ScriptedNvml()
+    rec = Recorder(tmp_path / "t").start()
+    handle = start_system_collectors(rec, nvml_hz=100, nvml_api=api)
+    assert api.wait_samples(3)
+    rec.enabled = False
+    time.sleep(0.05)                                     # a tick already past its check may land
+    off_ns, reads = time.time_ns(), api.samples_read
+    time.sleep(0.3)                                      # ~30 ticks at 100 Hz
+    assert api.samples_read == reads
+    on_ns = time.time_ns()
+    rec.enabled = True
+    assert api.wait_samples(reads + 3)
+    rec.close()
+    trace = open_trace(tmp_path / "t", strict=True)
+    ts = [r["ts_ns"] for r in rows(trace)]
+    assert not [t for t in ts if off_ns <= t < on_ns]
+    assert any(t >= on_ns for t in ts) and any(t < off_ns for t in ts)
+    assert handle.nvml is not None and len(ts) == handle.nvml.samples
 
 
 def test_no_driver_one_line_no_gpu_table_rest_recorded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
