@@ -309,6 +309,15 @@ def block_diff(per: dict[str, list[float]], name: str, base: str = "plain") -> t
     return trimmed_mean(diffs), boots[10], boots[389]
 
 
+def median_interval(v: list[float], n: int = 2000) -> tuple[float, float]:
+    """95 % bootstrap interval of the median of ``v`` (here: one figure per process)."""
+    import random
+
+    rng = random.Random(0)
+    boots = sorted(statistics.median(rng.choices(v, k=len(v))) for _ in range(n))
+    return boots[int(n * 0.025)], boots[int(n * 0.975) - 1]
+
+
 def paired(per: dict[str, list[float]], name: str, base: str = "plain") -> tuple[float, float, float]:
     """Median over rounds of (variant - base) in the same round, with a 95 % bootstrap interval."""
     import random
@@ -388,7 +397,7 @@ def main() -> None:
                     help="blocks of the same-model comparison (part 3), one run per arm each")
     ap.add_argument("--run-len", type=int, default=8,
                     help="steps per run in part 3 (the first of each run is left out; 1 = one step, kept)")
-    ap.add_argument("--processes", type=int, default=5, help="fresh processes part 3 runs in, one after the other")
+    ap.add_argument("--processes", type=int, default=11, help="fresh processes part 3 runs in, one after the other")
     ap.add_argument("--seed", type=int, default=0, help="part 3's arm order (--only same)")
     ap.add_argument("--per-point", type=int, default=24, help="decode steps timed at each kv_len (slope)")
     args = ap.parse_args()
@@ -440,7 +449,9 @@ def main() -> None:
               "and on this VM that moves a few-µs figure more than a run's own interval does):")
         for arm in results[0]["added"]:
             ds = [r["added"][arm][0] for r in results]
-            line = f"    {arm:<12} {statistics.median(ds) / 1000:+.2f} µs (processes {min(ds) / 1000:+.2f} .. {max(ds) / 1000:+.2f})"
+            lo, hi = median_interval(ds)
+            line = (f"    {arm:<12} {statistics.median(ds) / 1000:+.2f} µs (95 % interval of the median {lo / 1000:+.2f} .. "
+                    f"{hi / 1000:+.2f}; processes {min(ds) / 1000:+.2f} .. {max(ds) / 1000:+.2f})")
             if arm in results[0]["writer"]:
                 w = statistics.median(r["writer"][arm] for r in results)
                 total = statistics.median(r["added"][arm][0] + r["writer"][arm] for r in results)

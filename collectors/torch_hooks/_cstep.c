@@ -46,8 +46,8 @@
 
 /* Code layout. Between two real forward passes the code of the per-call path is as cold as its
  * data, and on this project's VMs each 4 KiB code page it spans costs a TLB walk: spread over
- * three pages as the compiler laid it out, it cost ~1 us per step more than on one (the median
- * over six processes of benchmarks/bench_hooks.py's part 3, run with both builds side by side;
+ * three pages as the compiler laid it out, it cost ~1 us per step more than on one (medians over
+ * six and eight processes of benchmarks/bench_hooks.py's part 3 with both builds side by side;
  * see benchmarks/RESULTS.md). So the functions of that path go to one section that starts on a
  * page (call_module is emitted first and carries the alignment; the others are inlined into
  * slot_vectorcall or follow it), and what only a first call or a failure runs is marked cold,
