@@ -18,7 +18,7 @@ with one torch thread:
   its own), its recording switched on and off at run time between windows
   (``Recorder.enabled``, flipped by SIGUSR1/SIGUSR2 in this benchmark's server
   process only): the same process on and off, so no process's luck is in the
-  ratio. The NVML double samples in both states.
+  ratio. While it is off the NVML sampler pauses too (no NVML calls, no rows).
 
 Phase 1, the soak: the probe keeps ``--concurrency`` requests in flight on ON
 for ``--minutes``; the server's RSS (and its live endpoint process's) is
