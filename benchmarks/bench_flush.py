@@ -40,7 +40,8 @@ from collectors.recorder import Recorder
 path, rate, seconds, out = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 if path == "numpy":
     writer._cpack = None
-rec = Recorder(out, live="127.0.0.1:0").start()
+from tracetool.live.config import LiveConfig
+rec = Recorder(out, live=LiveConfig("127.0.0.1:0", flush_interval_s=0.1)).start()  # as first measured
 side = rec.live._proc.pid
 def cpu(pid):
     with open(f"/proc/{pid}/stat") as f:

@@ -19,7 +19,7 @@ Two parts, each side by side in one run:
 
 2. **Cost per token.** The producer at fixed rates (a low one, where what each
    flush costs dominates, and a high one) in four modes: no live endpoint;
-   none, but the writer flushing at the live interval (0.1 s); live with no
+   none, but the writer flushing at the live interval (``LIVE_FLUSH_S``); live with no
    viewer; live with one viewer attached. Reported: the host process's CPU
    time per token (all its threads: hot path, flusher, forwarder to the
    endpoint process), the writer's and the forwarder's threads alone
@@ -265,10 +265,12 @@ def view_rate(rate: float, seconds: float, servers: int, tmp: Path, refresh_s: f
 
 def cost(rate: float, seconds: float, tmp: Path) -> list[dict[str, Any]]:
     from tracetool.live.client import ClientOptions
+    from tracetool.live.config import LIVE_FLUSH_S
     from tracetool.live.source import LiveSource
 
     out = []
-    kinds = {"off": "off", "off, 0.1 s flush": "off-fast", "live, no viewer": "live", "live, 1 viewer": "live"}
+    kinds = {"off": "off", f"off, {LIVE_FLUSH_S:g} s flush": "off-fast", "live, no viewer": "live",
+             "live, 1 viewer": "live"}
     for mode, kind in kinds.items():
         prod = Producer(rate, seconds, kind, tmp / f"cost-{len(out)}")
         src = None

@@ -388,7 +388,7 @@ def main() -> int:
                   f"{pair['on'].cpu_ms_per_token:.2f}, off {pair['off'].cpu_ms_per_token:.2f}", flush=True)
     finally:
         rss.stop.set()
-        # the last rows reach the viewers within the live flush interval (0.1 s) and a poll
+        # the last rows reach the viewers within the live flush interval (0.2 s) and a poll
         time.sleep(2)
         for viewer in viewers.values():
             if viewer.poll() is None:

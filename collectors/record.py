@@ -208,7 +208,8 @@ def run_recording(command: Sequence[str], out: str | os.PathLike[str], *, force:
     options: dict[str, Any] = {"command": list(command)}
     if live is not None:
         options["live"] = {"address": live.address, "tls_cert": _opt_path(live.tls_cert),
-                           "tls_key": _opt_path(live.tls_key)}
+                           "tls_key": _opt_path(live.tls_key),
+                           "flush_interval_s": live.flush_interval_s}
     env = child_env(out, options)
     if live is not None and live.token:
         from tracetool.live.protocol import TOKEN_ENV

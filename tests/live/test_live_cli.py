@@ -29,8 +29,26 @@ def test_bad_live_flags_are_usage_errors(cli, tmp_path: Path) -> None:
     r = cli("record", "-o", str(tmp_path / "r"), "--live", ":0", "--live-tls-cert", str(tmp_path / "c.pem"),
             "--live-tls-key", str(tmp_path / "k.pem"), "--", sys.executable, "-c", "pass")
     assert r.code == 2 and "no such certificate" in r.err
+    r = cli("serve", "--live-flush-s", "0.5", "-o", str(tmp_path / "s"))
+    assert r.code == 2 and "--live-flush-s needs --live" in r.err
+    r = cli("record", "-o", str(tmp_path / "r"), "--live", ":0", "--live-flush-s", "0", "--", sys.executable,
+            "-c", "pass")
+    assert r.code == 2 and "--live-flush-s" in r.err and "Traceback" not in r.err
     for cmd in ("serve", "record"):
-        assert "--live HOST:PORT" in cli(cmd, "--help").out
+        help_text = cli(cmd, "--help").out
+        assert "--live HOST:PORT" in help_text and "--live-flush-s" in help_text
+
+
+def test_live_flush_interval_reaches_the_writer(cli, tmp_path: Path) -> None:
+    """--live-flush-s sets how often the writer flushes while live, and the trace says so;
+    without it the default (LIVE_FLUSH_S) is used."""
+    from tracetool.live.config import LIVE_FLUSH_S
+
+    for flag, want in (((), LIVE_FLUSH_S), (("--live-flush-s", "0.05"), 0.05)):
+        out = tmp_path / f"r{want}"
+        r = cli("record", "-o", str(out), "--live", "127.0.0.1:0", *flag, "--", sys.executable, "-c", "pass")
+        assert r.code == 0, r.err
+        assert open_trace(out).meta["live"]["flush_interval_s"] == want
 
 
 @pytest.mark.slow

@@ -19,7 +19,8 @@ from tracetool.cli.samplers import chosen_samplers, sampler_options
 @live_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def record(output: Path, force: bool, command: tuple[str, ...], live: str | None, live_token: str | None,
-           live_tls_cert: Path | None, live_tls_key: Path | None, **samplers: float | None) -> int:
+           live_tls_cert: Path | None, live_tls_key: Path | None, live_flush_s: float,
+           **samplers: float | None) -> int:
     """Run COMMAND (a Python program) with tracetool's collectors and write a trace.
 
     \b
@@ -37,5 +38,5 @@ def record(output: Path, force: bool, command: tuple[str, ...], live: str | None
     trace to `tracetool attach` viewers while it runs (docs/live.md).
     """
     chosen = chosen_samplers(samplers)
-    live_cfg = live_config(live, live_token, live_tls_cert, live_tls_key)
+    live_cfg = live_config(live, live_token, live_tls_cert, live_tls_key, live_flush_s)
     return run_recording(list(command), output, force=force, samplers=chosen, live=live_cfg)

@@ -51,7 +51,7 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
           served_model_name: str | None, max_batch: int, max_queue: int, max_prompt_tokens: int,
           max_output_tokens: int, max_body_bytes: int, device: str, threads: int | None, seed: int,
           graceful_timeout: float, live: str | None, live_token: str | None, live_tls_cert: Path | None,
-          live_tls_key: Path | None, no_record: bool, **samplers: float | None) -> int:
+          live_tls_key: Path | None, live_flush_s: float, no_record: bool, **samplers: float | None) -> int:
     """Run an OpenAI-compatible server with tracetool's collectors on.
 
     \b
@@ -78,7 +78,7 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
     if not (device in ("auto", "cpu") or device.startswith("cuda")):
         raise UsageError(f"--device must be cpu, cuda, cuda:N or auto, not {device!r}")
     chosen = chosen_samplers(samplers)
-    live_cfg = live_config(live, live_token, live_tls_cert, live_tls_key)
+    live_cfg = live_config(live, live_token, live_tls_cert, live_tls_key, live_flush_s)
     out = output or Path(tempfile.mkdtemp(prefix="tracetool-serve-"))
     limits = Limits(max_body_bytes=max_body_bytes, max_prompt_tokens=max_prompt_tokens,
                     max_output_tokens=max_output_tokens)

@@ -16,6 +16,13 @@ from typing import Any
 from tracetool.errors import UsageError
 from tracetool.live.protocol import TOKEN_ENV, Address, parse_address
 
+#: How often the writer flushes while live, by default (``--live-flush-s``). What a flush costs
+#: the host (the writer's, the forwarder's and the endpoint process's wake-ups, and the engine's
+#: caches they cool) is the same whatever its size, so this sets most of what watching costs:
+#: at 0.1 s the soak's live recording cost ~37 µs of CPU per token on those three threads, at
+#: 0.2 s ~18 (benchmarks/RESULTS.md). 0.2 s is what the viewer redraws at (``attach --refresh-s``).
+LIVE_FLUSH_S = 0.2
+
 
 @dataclass(frozen=True)
 class LiveConfig:
@@ -32,7 +39,7 @@ class LiveConfig:
             (and counted) for that viewer (an empty queue takes one batch of any size).
         max_viewers: viewers streaming at once; more are refused ("too many viewers").
         flush_interval_s: the writer flushes at least this often while live (the floor of
-            the display lag).
+            the display lag; see :data:`LIVE_FLUSH_S`).
         close_timeout_s: how long closing waits for gRPC to end the streams.
     """
 
@@ -44,7 +51,7 @@ class LiveConfig:
     history_rows: int = 1_000_000
     viewer_buffer_rows: int = 250_000
     max_viewers: int = 16
-    flush_interval_s: float = 0.1
+    flush_interval_s: float = LIVE_FLUSH_S
     close_timeout_s: float = 2.0
 
     @classmethod
@@ -76,4 +83,4 @@ class LiveConfig:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in d.items()}
 
 
-__all__ = ["LiveConfig"]
+__all__ = ["LIVE_FLUSH_S", "LiveConfig"]

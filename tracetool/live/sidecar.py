@@ -297,7 +297,8 @@ def start_live(writer: TraceWriter, live: str | LiveConfig | Mapping[str, Any]) 
     writer.flush_interval_s = min(writer.flush_interval_s, cfg.flush_interval_s)
     writer.add_listener(ep.on_batch, flushed=ep.on_flushed)
     token = cfg.resolved_token() is not None
-    writer.update_meta(live={"address": str(ep.address), "tls": ep.tls, "token_required": token})
+    writer.update_meta(live={"address": str(ep.address), "tls": ep.tls, "token_required": token,
+                             "flush_interval_s": writer.flush_interval_s})
     guard = "token required" if token else "no token: anyone who can reach it may watch"
     try:
         print(f"tracetool: live: streaming this trace on {ep.address} ({'TLS' if ep.tls else 'plain text'}, "
