@@ -43,6 +43,7 @@ it are reported.
     python benchmarks/soak.py                          # 10 minutes, then 8 rounds of 128 requests
     python benchmarks/soak.py --minutes 0.25 --rounds 1 --window-requests 32   # the smoke run (~1.5 min)
     python benchmarks/soak.py --pin --rounds 12 --window-requests 64            # server side on CPU 0
+    python benchmarks/soak.py --pin --live-flush-s 0.1                          # ON and SWITCH flushing every 0.1 s
 
 ``--pin`` splits the machine the way a deployment is split: the four servers
 (and with them ON's live endpoint process, which inherits the affinity) run on
@@ -104,7 +105,8 @@ def serve_main(argv: list[str]) -> int:
     if mode in ("on", "switch"):  # everything: recorder, NVML (double), live endpoint
         SAMPLERS["nvml"] = SamplerSpec("__main__:start_nvml_double", 10.0, "scripted NVML double (soak only)")
         samplers = {"nvml": 10.0}
-        live = LiveConfig("127.0.0.1:0")
+        live = LiveConfig("127.0.0.1:0", **({"flush_interval_s": float(os.environ[FLUSH_ENV])}
+                                            if os.environ.get(FLUSH_ENV) else {}))
     if mode == "switch":
         _switch_by_signals()
     cfg = ServeConfig(out=out, port=0, threads=1, force=True, samplers=samplers, live=live,
@@ -139,6 +141,8 @@ def _switch_by_signals() -> None:
 
 
 SWITCH_ACK = "soak: recording "
+#: the servers' live flush interval when set (``--live-flush-s``; default: ``LIVE_FLUSH_S``)
+FLUSH_ENV = "TRACETOOL_SOAK_LIVE_FLUSH_S"
 
 
 @dataclass
@@ -317,6 +321,8 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--prompt-tokens", type=int, default=64)
     ap.add_argument("--out", type=Path, default=None, help="keep the traces here (default: a temp dir)")
+    ap.add_argument("--live-flush-s", type=float, default=None,
+                    help="ON's and SWITCH's live flush interval (default: tracetool's, LIVE_FLUSH_S)")
     ap.add_argument("--pin", action="store_true",
                     help="servers (and ON's live endpoint) on CPU 0; the probe and the viewer on CPU 1")
     args = ap.parse_args()
@@ -326,10 +332,16 @@ def main() -> int:
             raise SystemExit("--pin needs 2 CPUs")
         server_cpus, client_cpus = {0}, {1}
         os.sched_setaffinity(0, client_cpus)  # the probe runs here; the viewer inherits it
+    if args.live_flush_s is not None:
+        os.environ[FLUSH_ENV] = str(args.live_flush_s)  # the servers inherit it
     out = args.out or Path(tempfile.mkdtemp(prefix="tracetool-soak-"))
     out.mkdir(parents=True, exist_ok=True)
     pin = f"; servers on CPU {server_cpus}, probe and viewer on CPU {client_cpus}" if args.pin else ""
-    print(f"soak: load average before {machine_load()}, {os.cpu_count()} CPUs{pin}; traces in {out}", flush=True)
+    from tracetool.live.config import LIVE_FLUSH_S
+
+    flush = args.live_flush_s if args.live_flush_s is not None else LIVE_FLUSH_S
+    print(f"soak: load average before {machine_load()}, {os.cpu_count()} CPUs{pin}; live flush every {flush:g} s; "
+          f"traces in {out}", flush=True)
 
     servers = {name: launch(name, out / name, server_cpus) for name in (*NAMES, "switch")}
     on, sw = servers["on"], servers["switch"]
