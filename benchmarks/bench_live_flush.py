@@ -1,6 +1,6 @@
 """What watching costs a real server, by live flush interval (``--live-flush-s``), side by side.
 
-One ``tracetool serve`` of the demo model per flush interval, each set up as the soak's
+One ``tracetool serve`` of the demo model per flush interval, each the soak's
 SWITCH server (benchmarks/soak.py: the recorder, the NVML sampler fed by the scripted
 NVML double of tests/system/nvml_double.py, the live endpoint, and a ``tracetool attach
 --record`` viewer attached the whole time), its recording switched on and off between
@@ -25,50 +25,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import soak
-from soak import start_nvml_double  # noqa: F401  (the SamplerSpec target "__main__:start_nvml_double")
+import soak  # the SWITCH server (soak.py _serve OUT switch FLUSH_S), its probe, viewer and helpers
 
-REPO = Path(__file__).resolve().parent.parent
 #: the threads reported by name; the rest of the server process is summed as "other"
 NAMED = ("tracetool-engine", "tracetool-writer", "tracetool-live-forward", "tracetool-nvml")
 
 
-def serve_main(out: Path, flush_s: float) -> int:
-    """``bench_live_flush.py _serve OUT FLUSH``: one SWITCH server with this live flush interval.
-    On every switch it writes ``OUT.threads.json``: native thread id -> thread name."""
-    from collectors.record import SAMPLERS, SamplerSpec
-    from tracetool.live.config import LiveConfig
-    from tracetool.serving.runner import ServeConfig, run_server
-
-    SAMPLERS["nvml"] = SamplerSpec("__main__:start_nvml_double", 10.0, "scripted NVML double (benchmark only)")
-    soak._switch_by_signals()
-    switch = signal.getsignal(signal.SIGUSR1)
-
-    def switch_and_name(signum: int, frame: Any) -> None:
-        Path(f"{out}.threads.json").write_text(json.dumps({t.native_id: t.name for t in threading.enumerate()}))
-        switch(signum, frame)  # type: ignore[operator]
-
-    signal.signal(signal.SIGUSR1, switch_and_name)
-    signal.signal(signal.SIGUSR2, switch_and_name)
-    cfg = ServeConfig(out=out, port=0, threads=1, force=True, samplers={"nvml": 10.0},
-                      live=LiveConfig("127.0.0.1:0", flush_interval_s=flush_s), record=True)
-    return run_server(cfg)
-
-
 def thread_cpu(server: soak.Server, out: Path) -> dict[str, float]:
-    """CPU seconds so far of the server's named threads, the rest of it ("other"), and its
-    live endpoint process ("endpoint process")."""
-    tick = os.sysconf("SC_CLK_TCK")
+    """CPU seconds so far of the server's named threads (the names its last switch wrote),
+    the rest of it ("other"), and its live endpoint process ("endpoint process")."""
     try:
         names = json.loads(Path(f"{out}.threads.json").read_text())
     except (OSError, ValueError):
@@ -77,12 +49,12 @@ def thread_cpu(server: soak.Server, out: Path) -> dict[str, float]:
     for pid in server.pids():
         for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
             try:
-                f = stat.read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
+                cpu_s = soak.proc_cpu_s(stat)
+            except (OSError, ValueError, IndexError):
                 continue
             name = names.get(stat.parent.name, "other")
             key = ("endpoint process" if pid != server.proc.pid else name if name in NAMED else "other")
-            got[key] = got.get(key, 0.0) + (int(f[11]) + int(f[12])) / tick
+            got[key] = got.get(key, 0.0) + cpu_s
     return got
 
 
@@ -100,9 +72,8 @@ def main() -> int:
         raise SystemExit("bench_live_flush needs 2 CPUs (servers on one, clients on the other)")
     os.sched_setaffinity(0, {1})
     tmp = Path(tempfile.mkdtemp(prefix="tracetool-live-flush-"))
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO))
     servers: dict[float, tuple[soak.Server, Path]] = {}
-    viewers: list[subprocess.Popen[str]] = []
+    viewers: dict[str, subprocess.Popen[str]] = {}
     # per flush, per state: summed CPU seconds per thread group, tokens, and tok/s per window
     cpu: dict[tuple[float, str], dict[str, float]] = {}
     tokens: dict[tuple[float, str], int] = {}
@@ -112,19 +83,13 @@ def main() -> int:
     try:
         for fl in flushes:
             out = tmp / f"flush-{fl}"
-            proc = subprocess.Popen([sys.executable, __file__, "_serve", str(out), str(fl)], stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
-                                    preexec_fn=soak.pinned({0}))
-            s = soak.Server(f"flush {fl}", proc)
-            threading.Thread(target=s.read, daemon=True).start()
+            s = soak.launch("switch", out, {0}, fl)
+            s.name = f"flush {fl:g} s"
             servers[fl] = (s, out)
         for fl, (s, _) in servers.items():
             if not s.ready.wait(300) or not s.url or not s.live:
                 raise SystemExit(f"{s.name} server did not start:\n" + "\n".join(s.lines[-20:]))
-            viewers.append(subprocess.Popen(
-                [sys.executable, "-m", "tracetool", "attach", s.live, "--record", str(tmp / f"viewer-{fl}"),
-                 "--force", "--duration", "86400", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                text=True, env=env))
+            viewers[s.name] = soak.start_viewer(s.live, tmp / f"viewer-{fl}")
             s.record(True)
             soak.probe(s.url, s.name, args.concurrency, args)  # warm-up
         for i in range(args.rounds):
@@ -145,22 +110,7 @@ def main() -> int:
                 line.append(f"{fl:g} s: on {rates[(fl, 'on')][-1]:.1f}, off {rates[(fl, 'off')][-1]:.1f} tok/s")
             print(f"round {i + 1}: " + "; ".join(line), flush=True)
     finally:
-        for v in viewers:
-            if v.poll() is None:
-                v.send_signal(signal.SIGTERM)
-        for s, _ in servers.values():
-            if s.proc.poll() is None:
-                s.proc.send_signal(signal.SIGTERM)
-        for s, _ in servers.values():
-            try:
-                s.proc.wait(120)
-            except subprocess.TimeoutExpired:
-                s.proc.kill()
-        for v in viewers:
-            try:
-                v.communicate(timeout=120)
-            except subprocess.TimeoutExpired:
-                v.kill()
+        soak.stop(viewers, [s for s, _ in servers.values()])
     return report(flushes, cpu, tokens, rates)
 
 
@@ -194,6 +144,4 @@ def report(flushes: list[float], cpu: dict[tuple[float, str], dict[str, float]],
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "_serve":
-        sys.exit(serve_main(Path(sys.argv[2]), float(sys.argv[3])))
     sys.exit(main())

@@ -94,7 +94,8 @@ def start_nvml_double(rec: Any, hz: float, pid: int) -> Any:
 
 
 def serve_main(argv: list[str]) -> int:
-    """``soak.py _serve OUT on|rec|off|twin|switch``: one server, run in this process until SIGTERM."""
+    """``soak.py _serve OUT on|rec|off|twin|switch [FLUSH_S]``: one server, run in this process
+    until SIGTERM; FLUSH_S is the live flush interval of ON and SWITCH (default ``LIVE_FLUSH_S``)."""
     out, mode = Path(argv[0]), argv[1]
     from collectors.record import SAMPLERS, SamplerSpec
     from tracetool.live.config import LiveConfig
@@ -105,19 +106,19 @@ def serve_main(argv: list[str]) -> int:
     if mode in ("on", "switch"):  # everything: recorder, NVML (double), live endpoint
         SAMPLERS["nvml"] = SamplerSpec("__main__:start_nvml_double", 10.0, "scripted NVML double (soak only)")
         samplers = {"nvml": 10.0}
-        live = LiveConfig("127.0.0.1:0", **({"flush_interval_s": float(os.environ[FLUSH_ENV])}
-                                            if os.environ.get(FLUSH_ENV) else {}))
+        live = LiveConfig("127.0.0.1:0", **({"flush_interval_s": float(argv[2])} if len(argv) > 2 else {}))
     if mode == "switch":
-        _switch_by_signals()
+        _switch_by_signals(Path(f"{out}.threads.json"))
     cfg = ServeConfig(out=out, port=0, threads=1, force=True, samplers=samplers, live=live,
                       record=mode not in ("off", "twin"))
     return run_server(cfg)
 
 
-def _switch_by_signals() -> None:
+def _switch_by_signals(names: Path) -> None:
     """SIGUSR1 switches the server's recording on, SIGUSR2 off (``Recorder.enabled``), each
-    acknowledged on stderr. The benchmark's own server process only: the Recorder class is
-    wrapped here to find the instance ``run_server`` makes."""
+    acknowledged on stderr after writing ``names``: native thread id -> thread name, for
+    per-thread CPU from ``/proc`` (benchmarks/bench_live_flush.py). The benchmark's own server
+    process only: the Recorder class is wrapped here to find the instance ``run_server`` makes."""
     import collectors.recorder as cr
 
     made: list[Any] = []
@@ -132,6 +133,7 @@ def _switch_by_signals() -> None:
 
     def switch(signum: int, frame: Any) -> None:
         on = signum == signal.SIGUSR1
+        names.write_text(json.dumps({t.native_id: t.name for t in threading.enumerate()}))
         for r in made:
             r.enabled = on
         print(f"{SWITCH_ACK}{'on' if on else 'off'}", file=sys.stderr, flush=True)
@@ -141,8 +143,6 @@ def _switch_by_signals() -> None:
 
 
 SWITCH_ACK = "soak: recording "
-#: the servers' live flush interval when set (``--live-flush-s``; default: ``LIVE_FLUSH_S``)
-FLUSH_ENV = "TRACETOOL_SOAK_LIVE_FLUSH_S"
 
 
 @dataclass
@@ -198,14 +198,56 @@ def pinned(cpus: set[int] | None) -> Any:
     return lambda: os.sched_setaffinity(0, cpus)
 
 
-def launch(name: str, out: Path, cpus: set[int] | None = None) -> Server:
+def launch(name: str, out: Path, cpus: set[int] | None = None, flush_s: float | None = None) -> Server:
+    """Start a ``name`` server (on, rec, off, twin, switch) writing its trace to ``out``."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, __file__, "_serve", str(out), name], stdin=subprocess.DEVNULL,
+    flush = [] if flush_s is None else [str(flush_s)]
+    proc = subprocess.Popen([sys.executable, __file__, "_serve", str(out), name, *flush], stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
                             preexec_fn=pinned(cpus))
     s = Server(name, proc)
     threading.Thread(target=s.read, daemon=True).start()
     return s
+
+
+def start_viewer(live: str, directory: Path) -> subprocess.Popen[str]:
+    """``tracetool attach LIVE --record DIRECTORY`` until SIGTERM (pinned as this process is)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tracetool", "attach", live, "--record", str(directory), "--force",
+         "--duration", "86400", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO)))
+
+
+def stop(viewers: dict[str, subprocess.Popen[str]], servers: list[Server]) -> dict[str, str]:
+    """SIGTERM the viewers (each saves its trace first and exits 130), then the servers (their
+    traces closed); what each viewer printed."""
+    for viewer in viewers.values():
+        if viewer.poll() is None:
+            # SIGTERM, not SIGINT: a background job of a non-interactive shell starts with SIGINT
+            # ignored, and so does this child
+            viewer.send_signal(signal.SIGTERM)
+    for s in servers:
+        if s.proc.poll() is None:
+            s.proc.send_signal(signal.SIGTERM)
+    for s in servers:
+        try:
+            s.proc.wait(120)
+        except subprocess.TimeoutExpired:
+            s.proc.kill()
+    said: dict[str, str] = {}
+    for name, viewer in viewers.items():
+        try:
+            said[name], _ = viewer.communicate(timeout=120)
+        except subprocess.TimeoutExpired:  # reported (exit -9), not a traceback that loses the figures
+            viewer.kill()
+            said[name], _ = viewer.communicate()
+    return said
+
+
+def proc_cpu_s(stat: Path) -> float:
+    """User + system CPU seconds of a process or thread so far, from its ``stat`` file."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mib(pid: int) -> float | None:
@@ -273,15 +315,13 @@ class Window:
 
 def cpu_seconds(pids: list[int]) -> float:
     """User + system CPU time of these processes so far (``/proc/PID/stat`` utime, stime)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
+    total = 0.0
     for pid in pids:
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
+            total += proc_cpu_s(Path(f"/proc/{pid}/stat"))
         except (OSError, ValueError, IndexError):
             continue
-    return total / tick
+    return total
 
 
 def probe(url: str, server: str, n: int, args: argparse.Namespace) -> Window:
@@ -332,8 +372,6 @@ def main() -> int:
             raise SystemExit("--pin needs 2 CPUs")
         server_cpus, client_cpus = {0}, {1}
         os.sched_setaffinity(0, client_cpus)  # the probe runs here; the viewer inherits it
-    if args.live_flush_s is not None:
-        os.environ[FLUSH_ENV] = str(args.live_flush_s)  # the servers inherit it
     out = args.out or Path(tempfile.mkdtemp(prefix="tracetool-soak-"))
     out.mkdir(parents=True, exist_ok=True)
     pin = f"; servers on CPU {server_cpus}, probe and viewer on CPU {client_cpus}" if args.pin else ""
@@ -343,7 +381,7 @@ def main() -> int:
     print(f"soak: load average before {machine_load()}, {os.cpu_count()} CPUs{pin}; live flush every {flush:g} s; "
           f"traces in {out}", flush=True)
 
-    servers = {name: launch(name, out / name, server_cpus) for name in (*NAMES, "switch")}
+    servers = {name: launch(name, out / name, server_cpus, args.live_flush_s) for name in (*NAMES, "switch")}
     on, sw = servers["on"], servers["switch"]
     viewers: dict[str, subprocess.Popen[str]] = {}
     windows: list[Window] = []
@@ -355,10 +393,7 @@ def main() -> int:
             if not s.ready.wait(300) or not s.url:
                 raise SystemExit(f"{s.name} server did not start:\n" + "\n".join(s.lines[-20:]))
         for name, vdir in (("on", "viewer"), ("switch", "viewer-switch")):
-            viewers[name] = subprocess.Popen(
-                [sys.executable, "-m", "tracetool", "attach", servers[name].live, "--record", str(out / vdir),
-                 "--force", "--duration", "86400", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))  # pinned as this process is
+            viewers[name] = start_viewer(servers[name].live, out / vdir)
         for name, s in servers.items():  # warm each (first requests pay one-time costs)
             windows.append(probe(s.url, name, args.concurrency, args))
             windows[-1].recording = name not in ("off", "twin")
@@ -402,26 +437,7 @@ def main() -> int:
         rss.stop.set()
         # the last rows reach the viewers within the live flush interval (0.2 s) and a poll
         time.sleep(2)
-        for viewer in viewers.values():
-            if viewer.poll() is None:
-                # the viewer saves its trace first (exit 130); SIGTERM, not SIGINT: a background job
-                # of a non-interactive shell starts with SIGINT ignored, and so does this child
-                viewer.send_signal(signal.SIGTERM)
-        for s in servers.values():
-            if s.proc.poll() is None:
-                s.proc.send_signal(signal.SIGTERM)
-        for s in servers.values():
-            try:
-                s.proc.wait(120)
-            except subprocess.TimeoutExpired:
-                s.proc.kill()
-    view_out: dict[str, str] = {}
-    for name, viewer in viewers.items():
-        try:
-            view_out[name], _ = viewer.communicate(timeout=120)
-        except subprocess.TimeoutExpired:  # reported (exit -9), not a traceback that loses the figures
-            viewer.kill()
-            view_out[name], _ = viewer.communicate()
+        view_out = stop(viewers, list(servers.values()))
     for s in servers.values():  # the stderr readers take the servers' last lines ("N tokens generated")
         deadline = time.monotonic() + 10
         while s.generated is None and time.monotonic() < deadline:

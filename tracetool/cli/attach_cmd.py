@@ -33,11 +33,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 def live_options(fn: F) -> F:
     """``--live HOST:PORT`` and its ``--live-token``/``--live-tls-*``/``--live-flush-s`` flags
     (``serve``, ``record``)."""
-    fn = click.option("--live-flush-s", type=click.FloatRange(0.02, 10.0), default=LIVE_FLUSH_S,
-                      show_default=True,
+    fn = click.option("--live-flush-s", type=click.FloatRange(0.02, 10.0), default=None,
                       help="With --live: the writer flushes at least this often, the floor of the "
                            "viewers' lag. Each flush costs the host the same whatever its size: "
-                           "halving this doubles what watching costs (docs/live.md).")(fn)
+                           "halving this doubles what watching costs (docs/live.md). "
+                           f"[default: {LIVE_FLUSH_S:g}]")(fn)
     fn = click.option("--live-tls-key", type=click.Path(path_type=Path, dir_okay=False), default=None,
                       help="With --live: PEM private key of --live-tls-cert.")(fn)
     fn = click.option("--live-tls-cert", type=click.Path(path_type=Path, dir_okay=False), default=None,
@@ -52,18 +52,18 @@ def live_options(fn: F) -> F:
 
 
 def live_config(live: str | None, token: str | None, tls_cert: Path | None,
-                tls_key: Path | None, flush_s: float = LIVE_FLUSH_S) -> LiveConfig | None:
+                tls_key: Path | None, flush_s: float | None = None) -> LiveConfig | None:
     """The endpoint's config from the flags, checked (exit 2) before anything starts; None when off."""
     if live is None:
         if tls_cert is not None or tls_key is not None:
             raise UsageError("--live-tls-cert/--live-tls-key need --live HOST:PORT")
-        if flush_s != LIVE_FLUSH_S:
+        if flush_s is not None:
             raise UsageError("--live-flush-s needs --live HOST:PORT")
         return None
     from tracetool.live.config import LiveConfig
 
     cfg = LiveConfig(address=live, token=token or None, tls_cert=tls_cert, tls_key=tls_key,
-                     flush_interval_s=flush_s)
+                     flush_interval_s=LIVE_FLUSH_S if flush_s is None else flush_s)
     cfg.check()
     return cfg
 

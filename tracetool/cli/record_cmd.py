@@ -19,7 +19,7 @@ from tracetool.cli.samplers import chosen_samplers, sampler_options
 @live_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def record(output: Path, force: bool, command: tuple[str, ...], live: str | None, live_token: str | None,
-           live_tls_cert: Path | None, live_tls_key: Path | None, live_flush_s: float,
+           live_tls_cert: Path | None, live_tls_key: Path | None, live_flush_s: float | None,
            **samplers: float | None) -> int:
     """Run COMMAND (a Python program) with tracetool's collectors and write a trace.
 

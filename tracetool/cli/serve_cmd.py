@@ -51,7 +51,7 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
           served_model_name: str | None, max_batch: int, max_queue: int, max_prompt_tokens: int,
           max_output_tokens: int, max_body_bytes: int, device: str, threads: int | None, seed: int,
           graceful_timeout: float, live: str | None, live_token: str | None, live_tls_cert: Path | None,
-          live_tls_key: Path | None, live_flush_s: float, no_record: bool, **samplers: float | None) -> int:
+          live_tls_key: Path | None, live_flush_s: float | None, no_record: bool, **samplers: float | None) -> int:
     """Run an OpenAI-compatible server with tracetool's collectors on.
 
     \b
