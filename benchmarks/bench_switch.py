@@ -23,7 +23,7 @@ At the end the books are balanced as in the soak: the SWITCH trace holds one tok
 row for each token generated while recording (or counts it dropped), the viewer
 saved them all, no request failed. Exit 0 when they balance, 1 otherwise.
 
-    python benchmarks/bench_switch.py                      # 60 rounds (~30 min here)
+    python benchmarks/bench_switch.py                      # 72 rounds (~37 min here)
     python benchmarks/bench_switch.py --rounds 2 --window-requests 16     # smoke run
 
 Servers on CPU 0, the probe and the viewer on CPU 1 (as ``soak.py --pin``).
@@ -61,7 +61,7 @@ def geo_interval(ratios: list[float], n: int = 10_000, seed: int = 0) -> tuple[f
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=60, help="rounds of three windows (a multiple of 6 balances the order)")
+    ap.add_argument("--rounds", type=int, default=72, help="rounds of three windows (a multiple of 6 balances the order)")
     ap.add_argument("--window-requests", type=int, default=64)
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=64)
