@@ -107,6 +107,9 @@ def main() -> int:
                   f"{got['on'].tok_s / got['off'].tok_s:.3f}, A/A {got['off again'].tok_s / got['off'].tok_s:.3f}; "
                   "CPU ms/token " + ", ".join(f"{got[a].cpu_ms_per_token:.3f}" for a in ARMS), flush=True)
     finally:
+        # the last window's rows reach the viewer within the live flush interval and a poll; a
+        # viewer stopped before that saves what it had (as the soak, wait first)
+        time.sleep(2)
         said = soak.stop(viewers, [s])
     return report(args, s, out, tmp, windows, rounds, said, viewers["switch"].returncode if viewers else None)
 
