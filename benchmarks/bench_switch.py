@@ -39,7 +39,6 @@ import random
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -107,10 +106,7 @@ def main() -> int:
                   f"{got['on'].tok_s / got['off'].tok_s:.3f}, A/A {got['off again'].tok_s / got['off'].tok_s:.3f}; "
                   "CPU ms/token " + ", ".join(f"{got[a].cpu_ms_per_token:.3f}" for a in ARMS), flush=True)
     finally:
-        # the last window's rows reach the viewer within the live flush interval and a poll; a
-        # viewer stopped before that saves what it had (as the soak, wait first)
-        time.sleep(2)
-        said = soak.stop(viewers, [s])
+        said = soak.stop(viewers, [s])  # the viewer gets the last flush first
     return report(args, s, out, tmp, windows, rounds, said, viewers["switch"].returncode if viewers else None)
 
 
@@ -118,9 +114,7 @@ def report(args: argparse.Namespace, s: soak.Server, out: Path, tmp: Path, windo
            rounds: list[dict[str, soak.Window]], said: dict[str, str], viewer_rc: int | None) -> int:
     from tracetool.reader import open_trace
 
-    deadline = time.monotonic() + 10
-    while s.generated is None and time.monotonic() < deadline:  # the stderr reader takes "N tokens generated"
-        time.sleep(0.05)
+    s.wait_generated()
     trace = open_trace(out, strict=True)
     recorded = sum(w.tokens for w in windows if w.recording)
     received = sum(w.tokens for w in windows)

@@ -179,6 +179,12 @@ class Server:
                 self.switched.set()
         self.ready.set()
 
+    def wait_generated(self, timeout_s: float = 10.0) -> None:
+        """After SIGTERM: wait for the stderr reader to take the last line ("N tokens generated")."""
+        deadline = time.monotonic() + timeout_s
+        while self.generated is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     def pids(self) -> list[int]:
         """The server and its children (the live endpoint process)."""
         kids = []
@@ -220,7 +226,11 @@ def start_viewer(live: str, directory: Path) -> subprocess.Popen[str]:
 
 def stop(viewers: dict[str, subprocess.Popen[str]], servers: list[Server]) -> dict[str, str]:
     """SIGTERM the viewers (each saves its trace first and exits 130), then the servers (their
-    traces closed); what each viewer printed."""
+    traces closed); what each viewer printed. The last rows reach a viewer within the live flush
+    interval (0.2 s) and a poll, so viewers still running get 2 s for them first: one stopped
+    right after a recording window would save the trace without them."""
+    if any(v.poll() is None for v in viewers.values()):
+        time.sleep(2)
     for viewer in viewers.values():
         if viewer.poll() is None:
             # SIGTERM, not SIGINT: a background job of a non-interactive shell starts with SIGINT
@@ -435,13 +445,9 @@ def main() -> int:
                   f"{pair['on'].cpu_ms_per_token:.2f}, off {pair['off'].cpu_ms_per_token:.2f}", flush=True)
     finally:
         rss.stop.set()
-        # the last rows reach the viewers within the live flush interval (0.2 s) and a poll
-        time.sleep(2)
         view_out = stop(viewers, list(servers.values()))
-    for s in servers.values():  # the stderr readers take the servers' last lines ("N tokens generated")
-        deadline = time.monotonic() + 10
-        while s.generated is None and time.monotonic() < deadline:
-            time.sleep(0.05)
+    for s in servers.values():
+        s.wait_generated()
     return report(args, out, servers, soak, windows, switched, rss, view_out,
                   {n: v.returncode for n, v in viewers.items()})
 
