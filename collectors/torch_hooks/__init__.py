@@ -10,8 +10,8 @@ more than the whole budget (≤ 2 µs per step). By default the timing function
 takes the module's ``_compiled_call_impl`` slot, which ``Module.__call__``
 checks before ``_call_impl``, and does what ``_call_impl`` does when nothing
 hooks the module (call ``forward``), so an instrumented call runs no more
-Python frames than a plain one; with hooks present or under tracing it times
-``_call_impl`` itself. The common case (``input_ids`` and a ``DynamicCache``)
+Python frames than a plain one; with hooks present or while ``torch.jit.trace``
+records module scopes it times ``_call_impl`` itself. The common case (``input_ids`` and a ``DynamicCache``)
 runs inline in that one frame. A compiled module (``model.compile()`` fills the
 same slot) gets an instance-level ``forward`` wrapper instead (``method="wrap"``,
 the way ``accelerate`` attaches its hooks); ``method="hooks"`` uses real torch
@@ -351,10 +351,10 @@ def _forward_of(h: HookHandle, orig: Callable[..., Any], via_call: bool) -> Call
     # on the next call, instead of the dictionary lookups that classify a type seen first
     fast_cache: Any = None
     fast_layer: Any = None
-    tracing: Callable[[], Any] = _no_tracing
+    tracer: Any = _NO_TRACE_SCOPES
     g_bpre = g_b = g_f = g_fpre = None
     if via_call:  # what Module._call_impl checks before calling forward directly
-        tracing, (g_bpre, g_b, g_f, g_fpre) = _torch_call_checks()
+        tracer, (g_bpre, g_b, g_f, g_fpre) = _torch_call_checks()
 
     inner, general = _calls(h, orig, via_call)
 
@@ -404,7 +404,8 @@ def _forward_of(h: HookHandle, orig: Callable[..., Any], via_call: bool) -> Call
         if not via_call:
             out = orig(*args, **kwargs)
         elif (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-              or module._backward_pre_hooks or g_bpre or g_b or g_f or g_fpre or tracing()):
+              or module._backward_pre_hooks or g_bpre or g_b or g_f or g_fpre
+              or tracer._trace_module_map is not None):
             out = module._call_impl(*args, **kwargs)
         else:  # what _call_impl does when nothing hooks the module (its own frame saved)
             out = module.forward(*args, **kwargs)
@@ -440,18 +441,23 @@ def _forward_of(h: HookHandle, orig: Callable[..., Any], via_call: bool) -> Call
     return types.MethodType(forward, target)
 
 
-def _no_tracing() -> None:
-    return None
+#: stands in for ``torch.jit._trace`` where no module call is timed through the call slot
+_NO_TRACE_SCOPES = types.SimpleNamespace(_trace_module_map=None)
 
 
-def _torch_call_checks() -> tuple[Callable[[], Any], tuple[Any, ...]]:
-    """What ``Module._call_impl`` checks before calling ``forward`` directly: the tracing state
-    and torch's four global module hook dicts (mutated in place, never rebound)."""
-    import torch
+def _torch_call_checks() -> tuple[types.ModuleType, tuple[Any, ...]]:
+    """What decides whether calling ``forward`` directly is what ``Module._call_impl`` would do:
+    torch's four global module hook dicts (mutated in place, never rebound) and the module
+    ``torch.jit._trace``, whose ``_trace_module_map`` is set while ``trace_module`` (or the
+    TorchScript ONNX exporter) records module scopes. Under tracing ``_call_impl`` calls
+    ``_slow_forward``, which differs from ``forward`` only by pushing that scope, so the map, not
+    the tracing state (a pybind11 call: ~0.8 µs more per step than the map when cold), is what
+    needs checking."""
+    import torch.jit._trace as tracer
     from torch.nn.modules import module as tm
 
-    return torch._C._get_tracing_state, (tm._global_backward_pre_hooks, tm._global_backward_hooks,
-                                         tm._global_forward_hooks, tm._global_forward_pre_hooks)
+    return tracer, (tm._global_backward_pre_hooks, tm._global_backward_hooks,
+                    tm._global_forward_hooks, tm._global_forward_pre_hooks)
 
 
 def _calls(h: HookHandle, orig: Callable[..., Any], via_call: bool
@@ -463,16 +469,17 @@ def _calls(h: HookHandle, orig: Callable[..., Any], via_call: bool
     ``inner``, record with :meth:`HookHandle._post`; a collector failure is counted, never raised."""
     rec = h.recorder
     timer = h._timer
-    tracing: Callable[[], Any] = _no_tracing
+    tracer: Any = _NO_TRACE_SCOPES
     g_bpre = g_b = g_f = g_fpre = None
     if via_call:
-        tracing, (g_bpre, g_b, g_f, g_fpre) = _torch_call_checks()
+        tracer, (g_bpre, g_b, g_f, g_fpre) = _torch_call_checks()
 
     def inner(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if not via_call:
             return orig(*args, **kwargs)
         if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-                or module._backward_pre_hooks or g_bpre or g_b or g_f or g_fpre or tracing()):
+                or module._backward_pre_hooks or g_bpre or g_b or g_f or g_fpre
+                or tracer._trace_module_map is not None):
             return module._call_impl(*args, **kwargs)
         return module.forward(*args, **kwargs)
 
@@ -516,11 +523,11 @@ def _install_call(h: HookHandle, module: Any) -> None:
     if h._rows is None:  # no C slot here (not built, or CUDA timing): the Python one
         _set_on_instance(h, module, "_compiled_call_impl", _forward_of(h, module.forward, via_call=True))
         return
-    tracing, global_hooks = _torch_call_checks()
+    tracer, global_hooks = _torch_call_checks()
     own_hooks = (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks,
                  module._backward_pre_hooks)
     rec = h.recorder
-    slot = _cstep.StepSlot(module, rec, _calls(h, module.forward, True)[1], _classify, tracing,
+    slot = _cstep.StepSlot(module, rec, _calls(h, module.forward, True)[1], _classify, vars(tracer),
                            own_hooks + global_hooks, _STEP_IDS, _capture, h._sink, _none, h._rows, rec.enabled)
     h._slot = slot
     h._undo.append(rec.on_switch(functools.partial(setattr, slot, "enabled")))

@@ -22,8 +22,9 @@
  *   - anything else (another cache, an odd input) takes the Python general
  *     path, `general(module, start_ns, args, kwargs)`, which times the call
  *     itself;
- *   - call `module.forward` directly when nothing hooks the module and
- *     nothing is tracing (what Module._call_impl checks), else `_call_impl`;
+ *   - call `module.forward` directly when nothing hooks the module and no
+ *     torch.jit.trace_module is recording scopes (what Module._call_impl
+ *     would do then too), else `_call_impl`;
  *   - after the call: a step id from the shared counter, the row into the
  *     buffer (or counted in `sink.dropped` when `max_rows` are pending), the
  *     step as a tuple into the capture list of this context if one is open.
@@ -77,8 +78,9 @@ static PyTypeObject StepRowsType;
 static struct {
     long long next_step_id;
     int64_t capturing;
-    PyObject *input_ids, *cache, *past_key_values, *shape, *layers, *keys, *is_initialized, *forward;
-} G __attribute__((aligned(64))) = {1, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    PyObject *input_ids, *cache, *past_key_values, *shape, *layers, *keys, *is_initialized, *forward,
+        *trace_module_map;
+} G __attribute__((aligned(64))) = {1, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 
 /* `step_ids`: the process's step ids, an endless iterator over G.next_step_id. */
 typedef struct {
@@ -102,7 +104,7 @@ typedef struct {
     PyObject *fast_cache;   /* the cache type classified last */
     PyObject *fast_layer;   /* kind 1: the layer type read inline */
     PyObject *hook_dicts;   /* tuple: the module's four hook dicts, then torch's four global ones */
-    PyObject *tracing;      /* torch._C._get_tracing_state */
+    PyObject *trace_globals; /* torch.jit._trace's globals: `_trace_module_map` */
     StepRows *out;          /* where the rows go */
     PyObject *step_ids;     /* iterator of step ids, shared with the Python paths */
     PyObject *capture_var;  /* ContextVar holding this context's capture list, or None */
@@ -184,25 +186,34 @@ attr_true(PyObject *obj, PyObject *name)
     return r;
 }
 
-/* What Module._call_impl checks before calling forward directly: 1 when something hooks
- * the module or a tracer is active, 0 when not, -1 on error. The hook dicts are the module's
- * own objects, taken at install: torch mutates them in place (register_*_hook, handle.remove())
- * and creates them only in Module.__init__ / __setstate__, so no lookup is needed per call. */
+/* Whether the call must go through Module._call_impl: 1 when something hooks the module or
+ * torch.jit.trace_module is recording module scopes, 0 when calling forward directly is what
+ * _call_impl would do, -1 on error.
+ *
+ * The hook dicts are the module's own objects, taken at install: torch mutates them in place
+ * (register_*_hook, handle.remove()) and creates them only in Module.__init__ / __setstate__, so
+ * no lookup is needed per call.
+ *
+ * Tracing: without hooks _call_impl calls `_slow_forward` when torch._C._get_tracing_state() is
+ * set, and `_slow_forward` differs from `forward` only by the scope it pushes, which it does only
+ * while `torch.jit._trace._trace_module_map` is not None (trace_module and the TorchScript ONNX
+ * exporter set it for their duration). So that global, one dictionary lookup, decides the same
+ * as torch does. Asking for the tracing state itself is a pybind11 call whose cold code made
+ * every step's entry (model(...) to the first line of forward) ~0.8 us slower than this lookup,
+ * side by side in the same processes between real forward passes (benchmarks/RESULTS.md). */
 static HOT int
 hooked(StepSlot *s)
 {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(s->hook_dicts); i++)
         if (PyDict_GET_SIZE(PyTuple_GET_ITEM(s->hook_dicts, i)) != 0)
             return 1;
-    PyObject *t = PyObject_CallNoArgs(s->tracing);
-    if (t == NULL)
-        return -1;
-    int r = t != Py_None;
-    Py_DECREF(t);
-    return r;
+    PyObject *map = PyDict_GetItemWithError(s->trace_globals, G.trace_module_map); /* borrowed */
+    if (map == NULL)
+        return PyErr_Occurred() ? -1 : 1; /* gone: _call_impl, and torch, decide */
+    return map != Py_None;
 }
 
-/* module.forward(*args, **kwargs), or module._call_impl(...) when hooks or tracing need it. */
+/* module.forward(*args, **kwargs), or module._call_impl(...) when hooks or trace scopes need it. */
 static HOT HOT_PAGE PyObject *
 call_module(StepSlot *s, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -653,12 +664,12 @@ slot_reduce(StepSlot *s, PyObject *Py_UNUSED(ignored))
 static PyObject *
 slot_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *names[] = {"module", "recorder", "general", "classify", "tracing", "hook_dicts",
+    static char *names[] = {"module", "recorder", "general", "classify", "trace_globals", "hook_dicts",
                             "step_ids", "capture_var", "sink", "reduce_to", "out", "enabled", NULL};
     PyObject *o[10], *out;
     int enabled;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOO!OO!OOO!p:StepSlot", names, &o[0], &o[1], &o[2],
-                                     &o[3], &o[4], &PyTuple_Type, &o[5], &o[6], &PyContextVar_Type, &o[7],
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO!O!OO!OOO!p:StepSlot", names, &o[0], &o[1], &o[2],
+                                     &o[3], &PyDict_Type, &o[4], &PyTuple_Type, &o[5], &o[6], &PyContextVar_Type, &o[7],
                                      &o[8], &o[9], &StepRowsType, &out, &enabled))
         return NULL;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o[5]); i++)
@@ -669,7 +680,7 @@ slot_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     StepSlot *s = (StepSlot *)type->tp_alloc(type, 0);
     if (s == NULL)
         return NULL;
-    PyObject **fields[10] = {&s->module, &s->recorder, &s->general, &s->classify, &s->tracing,
+    PyObject **fields[10] = {&s->module, &s->recorder, &s->general, &s->classify, &s->trace_globals,
                              &s->hook_dicts, &s->step_ids, &s->capture_var, &s->sink, &s->reduce_to};
     for (int i = 0; i < 10; i++)
         *fields[i] = Py_NewRef(o[i]);
@@ -689,7 +700,7 @@ slot_traverse(StepSlot *s, visitproc visit, void *arg)
     Py_VISIT(s->recorder);
     Py_VISIT(s->general);
     Py_VISIT(s->classify);
-    Py_VISIT(s->tracing);
+    Py_VISIT(s->trace_globals);
     Py_VISIT(s->hook_dicts);
     Py_VISIT(s->step_ids);
     Py_VISIT(s->capture_var);
@@ -709,7 +720,7 @@ slot_clear(StepSlot *s)
     Py_CLEAR(s->recorder);
     Py_CLEAR(s->general);
     Py_CLEAR(s->classify);
-    Py_CLEAR(s->tracing);
+    Py_CLEAR(s->trace_globals);
     Py_CLEAR(s->hook_dicts);
     Py_CLEAR(s->step_ids);
     Py_CLEAR(s->capture_var);
@@ -800,6 +811,7 @@ PyInit__cstep(void)
     INTERN(G.is_initialized, "is_initialized");
     INTERN(s_key_cache, "key_cache");
     INTERN(G.forward, "forward");
+    INTERN(G.trace_module_map, "_trace_module_map");
     INTERN(s_call_impl, "_call_impl");
     INTERN(s_error, "error");
     INTERN(s_dropped, "dropped");

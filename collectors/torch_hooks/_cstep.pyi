@@ -34,7 +34,7 @@ class StepSlot:
     enabled: bool
     def __init__(self, module: Any, recorder: Any,
                  general: Callable[[Any, int, tuple[Any, ...], dict[str, Any]], Any],
-                 classify: Callable[[Any], tuple[int, type | None]], tracing: Callable[[], Any],
+                 classify: Callable[[Any], tuple[int, type | None]], trace_globals: dict[str, Any],
                  hook_dicts: tuple[dict[Any, Any], ...], step_ids: Any, capture_var: ContextVar[Any],
                  sink: Any, reduce_to: Callable[[], None], out: StepRows, enabled: bool) -> None: ...
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...

@@ -159,6 +159,58 @@ def test_rows_beyond_the_cap_are_dropped_and_counted(tiny: tuple[Any, Any], reco
     assert rec.errors == 0
 
 
+class _Inner(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, input_ids: torch.Tensor, cache: Any = None) -> torch.Tensor:
+        return self.proj(input_ids.float())
+
+
+class _Outer(torch.nn.Module):
+    def __init__(self, cache: Any) -> None:
+        super().__init__()
+        self.inner = _Inner()
+        self.cache = cache
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x, cache=self.cache)
+
+
+@pytest.mark.usefixtures("step_slot")
+def test_torch_jit_trace_sees_the_module_scopes_it_sees_without_the_collector(
+        recorder: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The slot calls forward directly, skipping _call_impl, only where _call_impl would do the
+    same: under torch.jit.trace of a module, which records each module's scope through
+    _call_impl's _slow_forward, the instrumented module keeps its scope; under a traced function
+    (no scopes recorded) the step is still read inline and timed."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()  # one initialized layer of 5 positions: the inline path reads it
+    cache.update(torch.zeros(1, 2, 5, 4), torch.zeros(1, 2, 5, 4), 0)
+    x = torch.ones(1, 4, dtype=torch.long)
+
+    def scopes(m: Any) -> list[str]:
+        with torch.no_grad():
+            traced = torch.jit.trace(m, x)
+        return sorted({n.scopeName() for n in traced.inlined_graph.nodes()})
+
+    plain = _Outer(cache).requires_grad_(False)  # a traced function takes parameters as constants
+    model = copy.deepcopy(plain)
+    rec = recorder()
+    h = instrument(model.inner, rec)
+    want = scopes(plain)
+    assert "__module.inner" in want
+    assert scopes(model) == want
+    assert h.last is not None and (h.last.batch, h.last.q_len, h.last.kv_len) == (1, 4, 9)
+    _never_general(monkeypatch)
+    with torch.no_grad():
+        torch.jit.trace(lambda t: model.inner(t, cache=cache), x)
+    assert rec.errors == 0
+    assert h.last is not None and h.last.kv_len == 9
+
+
 @pytest.mark.usefixtures("step_slot")
 def test_the_trace_keeps_no_uninstrumented_model_alive(tiny: tuple[Any, Any], recorder: Any, read: Any) -> None:
     model = copy.deepcopy(tiny[0])
