@@ -378,7 +378,8 @@ def _forward_of(h: HookHandle, orig: Callable[..., Any], via_call: bool) -> Call
                 l0 = cache.layers[0]
                 if type(l0) is not fast_layer:
                     raise LookupError
-                past = l0.keys.shape[-2] if l0.is_initialized else 0
+                keys = l0.keys  # None before the first update: what get_seq_length() reads as 0
+                past = 0 if keys is None else keys.shape[-2]
             else:
                 kind = kinds.get(ct)
                 if kind is None:
@@ -393,7 +394,8 @@ def _forward_of(h: HookHandle, orig: Callable[..., Any], via_call: bool) -> Call
                         d = dynamic[t] = t.__name__ == "DynamicLayer"
                     if not d:
                         raise LookupError
-                    past = l0.keys.shape[-2] if l0.is_initialized else 0
+                    keys = l0.keys
+                    past = 0 if keys is None else keys.shape[-2]
                     fast_cache, fast_layer = ct, t
                 else:  # 4.4x DynamicCache: what its get_seq_length() reads
                     kc = cache.key_cache

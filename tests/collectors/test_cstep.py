@@ -142,6 +142,41 @@ def test_a_dynamic_cache_is_read_inline_and_odd_calls_take_the_general_path(
     assert _steps(read, rec) == [(1, 6, 0, 6), (1, 0, 1, 7), (1, 0, 1, 8), (1, 2, 0, 2)]
 
 
+class DynamicLayer:
+    """transformers 4.56's DynamicLayer as the slots see it: ``keys`` None until the first
+    update, and no ``is_initialized`` (4.57 added it)."""
+
+    def __init__(self) -> None:
+        self.keys: Any = None
+
+
+class _Model456(torch.nn.Module):
+    """A decoder taking ``past_key_values`` with ``layers``, the 4.56 way: appends q_len positions to layer 0."""
+
+    def forward(self, input_ids: torch.Tensor, past_key_values: Any = None, use_cache: bool = True) -> Any:
+        layer = past_key_values.layers[0]
+        new = torch.zeros(input_ids.shape[0], 2, input_ids.shape[1], 4)
+        layer.keys = new if layer.keys is None else torch.cat([layer.keys, new], dim=-2)
+        return input_ids
+
+
+@pytest.mark.usefixtures("step_slot")
+def test_a_456_dynamic_layer_without_is_initialized_is_read_inline(
+        recorder: Any, read: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = recorder()
+    m = _Model456()
+    h = instrument(m, rec)
+    _never_general(monkeypatch)
+    cache = type("DynamicCache", (), {})()
+    cache.layers = [DynamicLayer()]
+    m(torch.zeros(1, 5, dtype=torch.long), past_key_values=cache)
+    for i in range(2):
+        m(torch.zeros(1, 1, dtype=torch.long), past_key_values=cache)
+        assert h.last is not None and (h.last.q_len, h.last.kv_len, h.last.prefill) == (1, 6 + i, False)
+    assert rec.errors == 0
+    assert _steps(read, rec) == [(1, 5, 0, 5), (1, 0, 1, 6), (1, 0, 1, 7)]
+
+
 @pytest.mark.usefixtures("step_slot")
 def test_rows_beyond_the_cap_are_dropped_and_counted(tiny: tuple[Any, Any], recorder: Any, read: Any) -> None:
     from transformers import DynamicCache
