@@ -43,6 +43,17 @@ Then each slot runs a stretch of steps all recorded, and the writer thread's
 CPU over that stretch is divided by its steps: the rows are converted and
 written there, off the host's thread but holding the GIL for part of it.
 
+overhead, part 4 (where the slot's time goes): the same model with a probe as
+its instance forward that notes the clock on entry and on return, so each step
+gives its entry time (model(...) to forward's first line) and exit time
+(forward's return to model(...) returning) per arm, plain / C slot / Python
+slot, interleaved step by step. That is the timing slot's own work against the
+call machinery it stands in for, measured between real forward passes but
+without the forward's ~1 ms (and its ±1-2 µs of noise) in the figure: a change
+to the slot shows here within ~0.1 µs. What it cannot see is cost the slot moves
+into the forward (code the skipped _call_impl frame would have warmed): part 3
+is the figure that counts.
+
 slope: the demo model (collectors.demo) on this CPU: decode step time against
 kv_len over 0-2048 context, a least-squares line (slope, r²), and the wall
 time of a 200-token generate.
@@ -219,8 +230,6 @@ def same_model_overhead(blocks: int, run_len: int, seed: int = 0) -> tuple[dict[
 
     from transformers import DynamicCache
 
-    from collectors import Recorder
-
     model = _tiny_llama()
     prompt = torch.randint(0, 256, (1, 128))
     rng = random.Random(seed)
@@ -229,22 +238,14 @@ def same_model_overhead(blocks: int, run_len: int, seed: int = 0) -> tuple[dict[
     writer: dict[str, float] = {}
     clock = time.thread_time_ns
     with tempfile.TemporaryDirectory() as d, torch.no_grad():
-        recs = {slot: Recorder(f"{d}/{i}", max_pending_rows=50_000_000).start() for i, slot in enumerate(slots())}
-        installed = {}
-        for slot, rec in recs.items():  # each slot with a recorder of its own: its writer's CPU alone
-            instrument_with(model, rec, slot)
-            installed[slot] = model.__dict__.pop("_compiled_call_impl")  # the timing slot instrument() put there
-            model.__dict__.pop("_tracetool_hooks")
+        installed, recs = _slots_on(model, d)
         cache = DynamicCache()
         out = model(input_ids=prompt, use_cache=True, **{CACHE_KW: cache})
         tok = out.logits[:, -1:].argmax(-1)
 
         def step(slot: Any) -> int:
             nonlocal tok
-            if slot is None:
-                model.__dict__.pop("_compiled_call_impl", None)
-            else:
-                model.__dict__["_compiled_call_impl"] = slot
+            _put_slot(model, slot)
             t = clock()
             out = model(input_ids=tok, use_cache=True, **{CACHE_KW: cache})
             tok = out.logits[:, -1:].argmax(-1)
@@ -274,22 +275,107 @@ def same_model_overhead(blocks: int, run_len: int, seed: int = 0) -> tuple[dict[
             for _ in range(stretch):  # every step recorded, as in a real instrumented loop
                 step(installed[slot])
             writer[slot] = (writer_cpu() - w0) / stretch
-        model.__dict__.pop("_compiled_call_impl", None)
+        _put_slot(model, None)
         for rec in recs.values():
             rec.close()
     return per, writer
 
 
-def same_model_process(args: argparse.Namespace, seed: int) -> dict[str, Any]:
-    """Part 3 in a fresh process (``--only same``): its added µs per arm and the writer's."""
+def _slots_on(model: Any, d: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Each timing slot instrument() builds for ``model``, taken out of the model again so that
+    arms can switch by putting one back (:func:`_put_slot`), each with a recorder of its own
+    under ``d`` (its writer's CPU alone): ``(slots, recorders)`` by arm name."""
+    from collectors import Recorder
+
+    recs = {slot: Recorder(f"{d}/{i}", max_pending_rows=50_000_000).start() for i, slot in enumerate(slots())}
+    installed = {}
+    for slot, rec in recs.items():
+        instrument_with(model, rec, slot)
+        installed[slot] = model.__dict__.pop("_compiled_call_impl")  # the timing slot instrument() put there
+        model.__dict__.pop("_tracetool_hooks")
+    return installed, recs
+
+
+def _put_slot(model: Any, slot: Any) -> None:
+    """Make ``slot`` the model's call slot, or none (``None``: a plain model)."""
+    if slot is None:
+        model.__dict__.pop("_compiled_call_impl", None)
+    else:
+        model.__dict__["_compiled_call_impl"] = slot
+
+
+def entry_exit_overhead(steps: int, seed: int = 0) -> dict[str, tuple[list[int], list[int]]]:
+    """Per arm, the entry and exit time of each step of one model: from ``model(...)`` to the
+    first line of ``forward``, and from ``forward``'s return to ``model(...)`` returning. That is
+    what the timing slot does before and after the call, against the call machinery it stands in
+    for (``_wrapped_call_impl`` to ``_call_impl`` to ``forward``), on the real loop between real
+    forward passes, without the ~1 ms forward itself in the figure: arms interleaved step by step
+    in a fresh random order, wall clock (a few µs each, rarely preempted)."""
+    import random
+
+    from transformers import DynamicCache
+
+    model = _tiny_llama()
+    prompt = torch.randint(0, 256, (1, 128))
+    rng = random.Random(seed)
+    clock = time.perf_counter_ns
+    marks = [0, 0]
+    forward = type(model).forward
+
+    def probe(*args: Any, **kwargs: Any) -> Any:
+        marks[0] = clock()
+        out = forward(model, *args, **kwargs)
+        marks[1] = clock()
+        return out
+
+    arms = ("plain", *slots())
+    per: dict[str, tuple[list[int], list[int]]] = {a: ([], []) for a in arms}
+    with tempfile.TemporaryDirectory() as d, torch.no_grad():
+        installed, recs = _slots_on(model, d)
+        model.forward = probe  # what _call_impl and both slots call: the instance's forward
+        cache = DynamicCache()
+        tok = model(input_ids=prompt, use_cache=True, **{CACHE_KW: cache}).logits[:, -1:].argmax(-1)
+        order = list(arms)
+        for i in range(steps + 10):
+            rng.shuffle(order)
+            for arm in order:
+                _put_slot(model, installed.get(arm))
+                t0 = clock()
+                out = model(input_ids=tok, use_cache=True, **{CACHE_KW: cache})
+                t1 = clock()
+                tok = out.logits[:, -1:].argmax(-1)
+                cache.crop(-1)
+                if i >= 10:  # the process's first steps warm it up
+                    per[arm][0].append(marks[0] - t0)
+                    per[arm][1].append(t1 - marks[1])
+        _put_slot(model, None)
+        for rec in recs.values():
+            rec.close()
+    return per
+
+
+def same_model_process(args: argparse.Namespace, seed: int, part: str = "same") -> dict[str, Any]:
+    """Part 3 (``--only same``) or part 4 (``--only entry``) in a fresh process: its JSON line."""
     import json
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, __file__, "--only", "same", "--threads", str(args.threads),
+    out = subprocess.run([sys.executable, __file__, "--only", part, "--threads", str(args.threads),
                           "--same-blocks", str(args.same_blocks), "--run-len", str(args.run_len),
-                          "--seed", str(seed)], check=True, capture_output=True, text=True).stdout
+                          "--entry-steps", str(args.entry_steps), "--seed", str(seed)],
+                         check=True, capture_output=True, text=True).stdout
     return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def entry_diffs(per: dict[str, tuple[list[int], list[int]]]) -> dict[str, dict[str, tuple[float, float, float]]]:
+    """Per slot, entry and exit added to plain's: the 10 %-trimmed mean of the per-step
+    differences (the arms of one step are paired), with a 95 % bootstrap interval."""
+    out: dict[str, dict[str, tuple[float, float, float]]] = {}
+    for arm in per:
+        if arm != "plain":
+            out[arm] = {side: block_diff({arm: per[arm][j], "plain": per["plain"][j]}, arm)  # type: ignore[dict-item]
+                        for j, side in enumerate(("entry", "exit"))}
+    return out
 
 
 def trimmed_mean(v: list[float], cut: float = 0.1) -> float:
@@ -386,8 +472,9 @@ def _fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", choices=["overhead", "slope", "same"], default=None,
-                    help="same: part 3 once, in this process, as one JSON line (what --processes runs)")
+    ap.add_argument("--only", choices=["overhead", "slope", "same", "entry"], default=None,
+                    help="same / entry: part 3 / part 4 once, in this process, as one JSON line (what "
+                         "--processes / --entry-processes run)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1: steadier figures)")
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--null-steps", type=int, default=2000)
@@ -398,7 +485,9 @@ def main() -> None:
     ap.add_argument("--run-len", type=int, default=8,
                     help="steps per run in part 3 (the first of each run is left out; 1 = one step, kept)")
     ap.add_argument("--processes", type=int, default=11, help="fresh processes part 3 runs in, one after the other")
-    ap.add_argument("--seed", type=int, default=0, help="part 3's arm order (--only same)")
+    ap.add_argument("--entry-processes", type=int, default=8, help="fresh processes part 4 runs in")
+    ap.add_argument("--entry-steps", type=int, default=1500, help="steps per arm of part 4, in each process")
+    ap.add_argument("--seed", type=int, default=0, help="part 3's / part 4's arm order (--only same / entry)")
     ap.add_argument("--per-point", type=int, default=24, help="decode steps timed at each kv_len (slope)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -407,6 +496,11 @@ def main() -> None:
 
         per, writer = same_model_overhead(args.same_blocks, args.run_len, args.seed)
         print(json.dumps({"added": {k: block_diff(per, k) for k in per if k != "plain"}, "writer": writer}))
+        return
+    if args.only == "entry":
+        import json
+
+        print(json.dumps(entry_diffs(entry_exit_overhead(args.entry_steps, args.seed))))
         return
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, {args.threads} thread(s)")
     if args.only in (None, "overhead"):
@@ -458,6 +552,22 @@ def main() -> None:
                 line += (f", writer {w / 1000:.2f} µs, with the writer {total / 1000:+.2f} µs: torch.profiler's "
                          f"{prof / 1000:.0f} µs above is {prof / max(total, 1.0):.0f}x that")
             print(line)
+        print(f"\nwhere the slot's time goes: entry (model(...) to forward's first line) and exit (forward's return "
+              f"to model(...) returning) on the same loop, in {args.entry_processes} fresh processes, {args.entry_steps} "
+              "steps per arm interleaved (10 %-trimmed mean of the per-step difference to plain, 95 % interval):")
+        entries = [same_model_process(args, seed, "entry") for seed in range(args.entry_processes)]
+        for i, r in enumerate(entries):
+            print(f"  process {i + 1}: " + "; ".join(
+                f"{arm} " + ", ".join(f"{side} {d / 1000:+.2f} µs ({lo / 1000:+.2f} .. {hi / 1000:+.2f})"
+                                      for side, (d, lo, hi) in sides.items()) for arm, sides in r.items()))
+        print(f"  median over the {args.entry_processes} processes:")
+        for arm in entries[0]:
+            parts = []
+            for side in ("entry", "exit"):
+                ds = [r[arm][side][0] for r in entries]
+                lo, hi = median_interval(ds)
+                parts.append(f"{side} {statistics.median(ds) / 1000:+.2f} µs ({lo / 1000:+.2f} .. {hi / 1000:+.2f})")
+            print(f"    {arm:<12} " + ", ".join(parts))
         print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.only in (None, "slope"):
         s = demo_slope((1, 256, 512, 768, 1024, 1280, 1536, 1792, 2047), args.per_point)
