@@ -304,7 +304,7 @@ def _put_slot(model: Any, slot: Any) -> None:
         model.__dict__["_compiled_call_impl"] = slot
 
 
-def entry_exit_overhead(steps: int, seed: int = 0) -> dict[str, tuple[list[int], list[int]]]:
+def entry_exit_overhead(steps: int, seed: int = 0) -> dict[str, tuple[list[float], list[float]]]:
     """Per arm, the entry and exit time of each step of one model: from ``model(...)`` to the
     first line of ``forward``, and from ``forward``'s return to ``model(...)`` returning. That is
     what the timing slot does before and after the call, against the call machinery it stands in
@@ -329,7 +329,7 @@ def entry_exit_overhead(steps: int, seed: int = 0) -> dict[str, tuple[list[int],
         return out
 
     arms = ("plain", *slots())
-    per: dict[str, tuple[list[int], list[int]]] = {a: ([], []) for a in arms}
+    per: dict[str, tuple[list[float], list[float]]] = {a: ([], []) for a in arms}
     with tempfile.TemporaryDirectory() as d, torch.no_grad():
         installed, recs = _slots_on(model, d)
         model.forward = probe  # what _call_impl and both slots call: the instance's forward
@@ -354,7 +354,7 @@ def entry_exit_overhead(steps: int, seed: int = 0) -> dict[str, tuple[list[int],
     return per
 
 
-def same_model_process(args: argparse.Namespace, seed: int, part: str = "same") -> dict[str, Any]:
+def part_process(args: argparse.Namespace, seed: int, part: str) -> dict[str, Any]:
     """Part 3 (``--only same``) or part 4 (``--only entry``) in a fresh process: its JSON line."""
     import json
     import subprocess
@@ -367,13 +367,13 @@ def same_model_process(args: argparse.Namespace, seed: int, part: str = "same") 
     return dict(json.loads(out.strip().splitlines()[-1]))
 
 
-def entry_diffs(per: dict[str, tuple[list[int], list[int]]]) -> dict[str, dict[str, tuple[float, float, float]]]:
+def entry_diffs(per: dict[str, tuple[list[float], list[float]]]) -> dict[str, dict[str, tuple[float, float, float]]]:
     """Per slot, entry and exit added to plain's: the 10 %-trimmed mean of the per-step
     differences (the arms of one step are paired), with a 95 % bootstrap interval."""
     out: dict[str, dict[str, tuple[float, float, float]]] = {}
     for arm in per:
         if arm != "plain":
-            out[arm] = {side: block_diff({arm: per[arm][j], "plain": per["plain"][j]}, arm)  # type: ignore[dict-item]
+            out[arm] = {side: block_diff({arm: per[arm][j], "plain": per["plain"][j]}, arm)
                         for j, side in enumerate(("entry", "exit"))}
     return out
 
@@ -534,7 +534,7 @@ def main() -> None:
               f"{args.same_blocks} blocks of one run of {args.run_len} steps per arm in random order (thread CPU time "
               "per step, steps after a run's first; 10 %-trimmed mean of the per-block difference to plain, 95 % "
               "interval; the writer's CPU per step over a stretch all recorded):")
-        results = [same_model_process(args, seed) for seed in range(args.processes)]
+        results = [part_process(args, seed, "same") for seed in range(args.processes)]
         for i, r in enumerate(results):
             print(f"  process {i + 1}: " + "; ".join(
                 f"{arm} {d / 1000:+.2f} µs ({lo / 1000:+.2f} .. {hi / 1000:+.2f})" for arm, (d, lo, hi) in r["added"].items())
@@ -555,7 +555,7 @@ def main() -> None:
         print(f"\nwhere the slot's time goes: entry (model(...) to forward's first line) and exit (forward's return "
               f"to model(...) returning) on the same loop, in {args.entry_processes} fresh processes, {args.entry_steps} "
               "steps per arm interleaved (10 %-trimmed mean of the per-step difference to plain, 95 % interval):")
-        entries = [same_model_process(args, seed, "entry") for seed in range(args.entry_processes)]
+        entries = [part_process(args, seed, "entry") for seed in range(args.entry_processes)]
         for i, r in enumerate(entries):
             print(f"  process {i + 1}: " + "; ".join(
                 f"{arm} " + ", ".join(f"{side} {d / 1000:+.2f} µs ({lo / 1000:+.2f} .. {hi / 1000:+.2f})"

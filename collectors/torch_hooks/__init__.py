@@ -11,8 +11,8 @@ takes the module's ``_compiled_call_impl`` slot, which ``Module.__call__``
 checks before ``_call_impl``, and does what ``_call_impl`` does when nothing
 hooks the module (call ``forward``), so an instrumented call runs no more
 Python frames than a plain one; with hooks present or while ``torch.jit.trace``
-records module scopes it times ``_call_impl`` itself. The common case (``input_ids`` and a ``DynamicCache``)
-runs inline in that one frame. A compiled module (``model.compile()`` fills the
+records module scopes it times ``_call_impl`` itself. The common case
+(``input_ids`` and a ``DynamicCache``) runs inline in that one frame. A compiled module (``model.compile()`` fills the
 same slot) gets an instance-level ``forward`` wrapper instead (``method="wrap"``,
 the way ``accelerate`` attaches its hooks); ``method="hooks"`` uses real torch
 hooks for models whose ``forward`` must not be replaced.
@@ -351,7 +351,7 @@ def _forward_of(h: HookHandle, orig: Callable[..., Any], via_call: bool) -> Call
     # on the next call, instead of the dictionary lookups that classify a type seen first
     fast_cache: Any = None
     fast_layer: Any = None
-    tracer: Any = _NO_TRACE_SCOPES
+    tracer: Any = None  # torch.jit._trace, read only when via_call
     g_bpre = g_b = g_f = g_fpre = None
     if via_call:  # what Module._call_impl checks before calling forward directly
         tracer, (g_bpre, g_b, g_f, g_fpre) = _torch_call_checks()
@@ -443,10 +443,6 @@ def _forward_of(h: HookHandle, orig: Callable[..., Any], via_call: bool) -> Call
     return types.MethodType(forward, target)
 
 
-#: stands in for ``torch.jit._trace`` where no module call is timed through the call slot
-_NO_TRACE_SCOPES = types.SimpleNamespace(_trace_module_map=None)
-
-
 def _torch_call_checks() -> tuple[types.ModuleType, tuple[Any, ...]]:
     """What decides whether calling ``forward`` directly is what ``Module._call_impl`` would do:
     torch's four global module hook dicts (mutated in place, never rebound) and the module
@@ -471,7 +467,7 @@ def _calls(h: HookHandle, orig: Callable[..., Any], via_call: bool
     ``inner``, record with :meth:`HookHandle._post`; a collector failure is counted, never raised."""
     rec = h.recorder
     timer = h._timer
-    tracer: Any = _NO_TRACE_SCOPES
+    tracer: Any = None  # torch.jit._trace, read only when via_call
     g_bpre = g_b = g_f = g_fpre = None
     if via_call:
         tracer, (g_bpre, g_b, g_f, g_fpre) = _torch_call_checks()
