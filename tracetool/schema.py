@@ -201,7 +201,34 @@ CLOCK_OFFSETS = Table(
     ),
 )
 
-TABLES: dict[str, Table] = {t.name: t for t in (SPANS, TOKENS, GPU, STACKS, STEPS, REQUESTS, CLOCK_OFFSETS)}
+OTLP_SPANS = Table(
+    "otlp_spans",
+    "Optional, written by `tracetool receive` and `tracetool import otlp`: every OpenTelemetry span "
+    "received, as it came (the rows of `spans` are what tracetool read from them). It ties each "
+    "request to its W3C trace id, which `tracetool merge` joins on.",
+    (
+        _c("trace_id", STR, "W3C trace id, 32 lowercase hex digits.", True),
+        _c("span_id", STR, "Span id, 16 lowercase hex digits.", True),
+        _c("parent_span_id", STR, "Parent span id; null for a root span."),
+        _c("request_id", STR, "The request the span was attributed to (the server's own id, e.g. vLLM's "
+           "gen_ai.request.id); null when its trace named no request."),
+        _c("name", STR, "Span name as the server sent it.", True),
+        _c("kind", STR, "internal, server, client, producer, consumer or unspecified."),
+        _c("service", STR, "The resource's service.name."),
+        _c("scope", STR, "Instrumentation scope name."),
+        _c("start_ns", I64, "Start, Unix-epoch nanoseconds of the sending server's clock.", True),
+        _c("end_ns", I64, "End, Unix-epoch nanoseconds of the sending server's clock; >= start_ns.", True),
+        _c("status", STR, "unset, ok or error."),
+        _c("mapping", STR, "How tracetool read the span: vllm, vllm-journey, tgi, sglang, genai, "
+           "child (kept under its request as `otlp:<name>`) or none (no request)."),
+        _c("attributes", STR, "The span's attributes as a JSON object (numbers, booleans and strings up "
+           "to 256 characters; longer strings are cut, message contents are left out)."),
+    ),
+    intervals=(("start_ns", "end_ns"),),
+)
+
+TABLES: dict[str, Table] = {t.name: t for t in (SPANS, TOKENS, GPU, STACKS, STEPS, REQUESTS, CLOCK_OFFSETS,
+                                                 OTLP_SPANS)}
 
 #: Interned-string row layout used by the writer's integer buffers: a null in
 #: an integer column travels as this sentinel and becomes a real null on flush.

@@ -25,8 +25,11 @@ def import_(source: str, file: Path, output: Path, force: bool, as_json: bool) -
       vllm-bench   vLLM `bench serve --save-result --save-detailed` JSON
       genai-perf   GenAI-Perf profile_export.json
       aiperf       AIPerf profile_export.jsonl
+      otlp         OpenTelemetry traces as OTLP JSON lines (the Collector's
+                   file exporter): a server trace, as `tracetool receive`
+                   writes, to join with a probe's trace (`tracetool merge`)
 
-    The trace holds what the file knows, all on the client side: one
+    For the benchmark tools, the trace holds what the file knows, all on the client side: one
     client.request span per successful request, one token row per streamed
     chunk (TTFT and chunk gaps equal the tool's numbers), and a requests row per
     request (token counts, status, error). meta.json notes say what could not be

@@ -21,6 +21,8 @@ SOURCES: dict[str, tuple[str, str]] = {
                    "vLLM `bench serve --save-result --save-detailed` result JSON"),
     "genai-perf": ("tracetool.importers.genai_perf", "GenAI-Perf / Perf Analyzer profile_export.json"),
     "aiperf": ("tracetool.importers.aiperf", "AIPerf profile_export.jsonl"),
+    "otlp": ("tracetool.importers.otlp",
+             "OpenTelemetry traces as OTLP JSON (the Collector's file exporter), as a server trace"),
 }
 
 
@@ -40,5 +42,9 @@ def import_file(source: str, path: str | Path, out: str | Path, *, force: bool =
     """
     from tracetool.importers.trace_out import write_trace
 
+    module = importlib.import_module(SOURCES[source][0])
+    if hasattr(module, "import_trace"):  # a source that writes its own trace (otlp: a server trace)
+        summary: dict[str, Any] = module.import_trace(Path(path), Path(out), force=force)
+        return summary
     result = parser(source)(Path(path))
     return write_trace(result, Path(out), force=force)
