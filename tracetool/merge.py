@@ -40,6 +40,7 @@ import pyarrow.compute as pc
 from tracetool import schema
 from tracetool.errors import BadInput, UsageError
 from tracetool.meta import write_meta
+from tracetool.otlp.join import align_request_ids
 from tracetool.reader import Trace, open_trace
 from tracetool.schema import CLIENT_REQUEST, SERVER_REQUEST, TABLES, table_file_name
 from tracetool.summary import request_ids
@@ -58,6 +59,9 @@ class MergeReport:
     server_only: int
     tokens_with_recv: int
     offset_ns_median: int | None
+    #: how requests were matched (tracetool.otlp.join.IdJoin.as_dict): by id, trace id, embedded id;
+    #: why the others were not
+    id_join: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
@@ -98,6 +102,8 @@ def merge_traces(client_path: str | Path, server_path: str | Path, out: str | Pa
     client, server = open_trace(client_path), open_trace(server_path)
     if not _has_clock(client, "client"):
         raise BadInput(f"{client.path}: no client-clock spans: not a client trace (tracetool probe writes one)")
+    # servers that keep their own request ids: matched on the traceparent's trace id (tracetool.otlp.join)
+    server, id_join = align_request_ids(client, server)
     c_ids, s_ids = request_ids(client), request_ids(server)
     joined = c_ids & s_ids
     offsets = clock_offsets(client.table("spans"), server.table("spans"))
@@ -120,7 +126,8 @@ def merge_traces(client_path: str | Path, server_path: str | Path, out: str | Pa
     if "client" in (client.meta.get("clocks") or {}):
         clocks["client"] = client.meta["clocks"]["client"]
     report = MergeReport(out, len(c_ids), len(s_ids), len(joined), len(client_only), len(s_ids - c_ids),
-                         with_recv, median)
+                         with_recv, median, id_join.as_dict())
+    notes += [n for n in id_join.lines() if n not in notes]
     meta.update(notes=notes, clocks=clocks, closed=True, dropped_rows={},
                 merge={"client": str(client.path), "server": str(server.path),
                        **{k: v for k, v in report.as_dict().items() if k != "out"}})
@@ -163,6 +170,10 @@ def _tokens(client: Trace, server: Trace, client_only: set[str], shift: int,
         recv = receipt_times(ct, st, offsets)
         st = st.set_column(schema.get_field_index("client_recv_ns"), "client_recv_ns", pa.array(recv, pa.int64()))
     parts = [st]
+    # joined requests whose server trace has no token rows (a server that publishes spans only, read by
+    # tracetool receive) keep the client's rows too, placed like those of client-only requests
+    borrowed = set(offsets.column("request_id").to_pylist()) - set(pc.unique(st.column("request_id")).to_pylist())
+    client_only = client_only | borrowed
     if client_only and ct.num_rows:
         extra = ct.filter(_in(ct.column("request_id"), client_only))
         if extra.num_rows:

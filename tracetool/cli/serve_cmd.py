@@ -176,15 +176,21 @@ def merge(client_trace: Path, server_trace: Path, output: Path, force: bool, as_
         tracetool merge client-trace server-trace -o joined
 
     Joins on request id (the probe sends it as X-Request-ID; tracetool's
-    middleware adopts it), fills each token's client receipt time, and
+    middleware adopts it), else, for servers that keep their own ids (a
+    trace from `tracetool receive`), on the W3C trace id of the traceparent
+    the probe sends, and says on stderr how many joined each way and why the
+    rest did not. It fills each token's client receipt time, and
     estimates each request's clock offset under the symmetric-delay
     assumption (as NTP) into a clock_offsets table, only to draw a joined
     timeline: network time stays client.request minus server.request, a
     difference of durations. Prints how many requests joined.
     """
     from tracetool.merge import merge_traces
+    from tracetool.otlp.join import IdJoin
 
     rep = merge_traces(client_trace, server_trace, output, force=force)
+    for line in IdJoin(**(rep.id_join or {})).lines():
+        warn(line)
     if as_json:
         emit_json({"version": 1, **rep.as_dict()})
         return 0

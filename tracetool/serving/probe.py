@@ -428,7 +428,8 @@ class Prober:
             "probe": {"url": self.base, "model": model, "endpoint": "chat" if self.chat else "completions",
                       "n": c.n, "concurrency": c.concurrency, "rate": c.rate, "max_tokens": c.max_tokens,
                       "prompt_tokens": None if c.prompt_file else c.prompt_tokens,
-                      "prompt_file": str(c.prompt_file) if c.prompt_file else None, "seed": c.seed},
+                      "prompt_file": str(c.prompt_file) if c.prompt_file else None, "seed": c.seed,
+                      "traceparent": "trace-id = request id"},  # what merge joins a server's own ids on
         }
         self.recorder = Recorder(c.out, meta=meta, flush_interval_s=0.5).start()
         self.recorder.writer.sink("requests")  # declared: every request gets a row
