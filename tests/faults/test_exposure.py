@@ -101,6 +101,19 @@ def test_serve_and_its_live_endpoint_listen_on_loopback_only(tmp_path: Path) -> 
         assert f":{socks[0][1]}" in url or any(f":{p}/" in url for _, p in socks)
 
 
+def test_receive_listens_on_loopback_only(tmp_path: Path) -> None:
+    from tests.otlp.conftest import start_receiver
+
+    receiver = start_receiver(tmp_path / "t")
+    try:
+        socks = _listening(_descendants(receiver.proc.pid))
+        ports = {int(receiver.match[k].rsplit(":", 1)[1]) for k in ("grpc", "http")}
+        assert ports <= {p for _, p in socks}, (socks, receiver.match)
+        assert all(_loopback(addr) for addr, _ in socks), socks
+    finally:
+        assert receiver.stop() == 0
+
+
 def test_the_delay_proxy_listens_on_loopback(tmp_path: Path) -> None:
     from tracetool.serving.proxy import DelayProxy
 
@@ -122,6 +135,8 @@ def test_no_command_binds_beyond_loopback_by_default() -> None:
         for p in cmd.params:
             if p.name in ("host", "live", "bind", "listen"):
                 assert p.default in (None, "127.0.0.1", "localhost"), (name, p.name, p.default)
+            if p.name in ("grpc_addr", "http_addr"):  # tracetool receive's HOST:PORT options
+                assert str(p.default).startswith("127.0.0.1:"), (name, p.name, p.default)
 
 
 # -- serve's limits --------------------------------------------------------------------------------------

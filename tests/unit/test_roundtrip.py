@@ -22,6 +22,10 @@ ROWS = {
     "steps": [(0, 100, 200, 4, 512, 0, 512), (1, 200, 260, 4, 0, 4, 2052)],
     "requests": [("r1", 12, 2, "ok", None, 48), ("r2", None, 1, "error", "boom", None)],
     "clock_offsets": [("r1", -1_500, 4_000), ("r2", None, None)],
+    "otlp_spans": [("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331", None, "chatcmpl-1", "llm_request",
+                    "server", "vllm", "vllm.llm_engine", 100, 900, "unset", "vllm", '{"gen_ai.latency.e2e": 0.5}'),
+                   ("0af7651916cd43dd8448eb211c80319c", "00f067aa0ba902b7", "b7ad6b7169203331", None, "GET /x",
+                    None, None, None, 5, 5, None, "none", None)],
 }
 
 

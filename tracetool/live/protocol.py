@@ -34,7 +34,8 @@ TOKEN_ENV = "TRACETOOL_LIVE_TOKEN"
 #: The request header carrying the token: ``authorization: Bearer <token>``.
 AUTH_HEADER = "authorization"
 #: Tables streamed: every v1 table a recording process writes (clock_offsets is written by
-#: ``tracetool merge`` only, never while recording). Spelled out so that parsing an address
+#: ``tracetool merge`` only, never while recording; otlp_spans by ``tracetool receive``, which
+#: does not stream). Spelled out so that parsing an address
 #: does not import pyarrow; a test keeps it in step with tracetool.schema.TABLES.
 STREAMED = ("spans", "tokens", "gpu", "stacks", "steps", "requests")
 #: Seconds between heartbeats on an idle stream.

@@ -54,8 +54,6 @@ KEPT_PREFIX = "otlp:"
 MAX_SECONDS = 1e6
 
 LAT = "gen_ai.latency."
-TGI_NAMES = frozenset({"generate", "generate_stream", "chat_completions", "completions", "generate_internal",
-                       "generate_stream_internal", "vertex_compatibility"})
 _SGLANG_ROOT = re.compile(r"^(?:\S+ )?Req [0-9A-Za-z_-]+$")
 _SGLANG_PHASES = {"tokenize": "tokenize", "prefill_waiting": "queue", "decode_waiting": "queue",
                   "prefill_forward": "prefill", "decode_forward": "decode", "decode_loop": "decode"}
