@@ -8,9 +8,13 @@ exact) and encoded by ``opentelemetry-exporter-otlp-proto-common``'s
 
 from __future__ import annotations
 
+import asyncio
+import io
+import threading
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +27,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from tracetool.otlp.decode import decode_protobuf
+from tracetool.otlp.receiver import GRPC_SERVICE, ReceiveConfig, Receiver
 from tracetool.otlp.sink import OtlpSink
 from tracetool.reader import Trace, open_trace
 from tracetool.writer import TraceWriter
@@ -87,3 +92,62 @@ def durations(trace: Trace) -> dict[str, dict[str, int]]:
     for s in trace.table("spans").to_pylist():
         out[s["request_id"]][s["name"]] += s["end_ns"] - s["start_ns"]
     return out
+
+
+@dataclass
+class Running:
+    receiver: Receiver
+    err: io.StringIO
+    out: Path
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.receiver.http_address}/v1/traces"
+
+    def grpc_export(self, data: bytes, timeout_s: float = 10.0) -> Any:
+        """Send raw bytes to TraceService/Export; returns the gRPC status code."""
+        import grpc
+
+        with grpc.insecure_channel(self.receiver.grpc_address or "") as ch:
+            call = ch.unary_unary(f"/{GRPC_SERVICE}/Export", request_serializer=None, response_deserializer=None)
+            try:
+                call(data, timeout=timeout_s)
+                return grpc.StatusCode.OK
+            except grpc.RpcError as e:
+                return e.code()
+
+    def lines(self) -> list[str]:
+        return [ln for ln in self.err.getvalue().splitlines() if ln.strip()]
+
+
+@contextmanager
+def running_receiver(out: Path, **cfg: Any) -> Iterator[Running]:
+    """A real receiver (gRPC + HTTP listeners on free loopback ports) on a thread of this process;
+    on exit it is stopped, the sink closed and the trace written."""
+    writer = TraceWriter(out).start()
+    sink = OtlpSink(writer)
+    err = io.StringIO()
+    receiver = Receiver(ReceiveConfig(out=out, grpc="127.0.0.1:0", http="127.0.0.1:0", **cfg), sink, err=err)
+    ready = threading.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(receiver.serve(lambda r: ready.set()))
+        except BaseException as e:  # surfaced in the test thread
+            failure.append(e)
+            ready.set()
+
+    t = threading.Thread(target=run, name="test-receiver", daemon=True)
+    t.start()
+    assert ready.wait(30), "receiver did not start"
+    if failure:
+        raise failure[0]
+    try:
+        yield Running(receiver, err, out)
+    finally:
+        receiver.stop()
+        t.join(30)
+        sink.close()
+        writer.close()
+    assert not failure, failure

@@ -126,3 +126,11 @@ def test_unknown_spans_under_a_request_are_kept_under_a_prefix(tmp_path: Path) -
     d = durations(t)["chatcmpl-abc"]
     assert d["decode"] == 700 * MS and d["otlp:decode"] == 100 * MS
     assert t.rows("otlp_spans") == 2 and t.meta["otlp"]["duplicates"] == 2
+
+
+def test_durations_that_would_overflow_int64_are_clamped(tmp_path: Path) -> None:
+    sp = Spans()
+    sp.span("generate", 0, 1, attributes={"total_time": "999999999999s", "queue_time": "1ms",
+                                          "inference_time": "99999999999s"})
+    t = receive_payloads(tmp_path / "t", sp.payload())
+    assert all(s["end_ns"] <= (1 << 63) - 1 for s in t.table("spans").to_pylist())

@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracetool.otlp.decode import OtelSpan
+from tracetool.otlp.decode import MAX_NS, OtelSpan
 
 #: Name prefix of spans kept as they came (not read as a phase).
 KEPT_PREFIX = "otlp:"
@@ -75,7 +75,9 @@ class Rows:
     unusable: list[str] = field(default_factory=list)
 
     def span(self, rid: str, name: str, start: int, end: int) -> None:
-        self.spans.append((rid, name, int(start), max(int(start), int(end))))
+        # a reported duration added to a start near the end of int64 must not overflow the column
+        start = min(max(int(start), 0), MAX_NS)
+        self.spans.append((rid, name, start, min(max(start, int(end)), MAX_NS)))
 
 
 @dataclass(frozen=True)

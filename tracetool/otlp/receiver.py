@@ -178,7 +178,7 @@ class Receiver:
         import grpc
 
         async def export(data: bytes, context: Any) -> bytes:
-            peer = context.peer() or ""
+            peer = (context.peer() or "").removeprefix("ipv4:").removeprefix("ipv6:")
             if len(data) > self.cfg.max_body_bytes:
                 reason = f"message of {len(data):,} bytes over the limit of {self.cfg.max_body_bytes:,}"
                 self._refuse(peer, reason, "gRPC RESOURCE_EXHAUSTED")
