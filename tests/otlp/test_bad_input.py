@@ -115,3 +115,19 @@ def test_otlp_json_over_http_is_read_like_protobuf(tmp_path: Path) -> None:
         assert r.lines() == []
     d = durations(open_trace(tmp_path / "t"))
     assert d["j-1"] == d["gz-1"] == {"server.request": 100_000_000, "queue": 10_000_000}
+
+
+def test_receive_cli_duration_and_usage_errors(tmp_path: Path) -> None:
+    from tests.fuzz.fuzzlib import assert_clean, run_cli
+
+    r = run_cli("receive", "-o", tmp_path / "t", "--otlp-grpc", "off", "--otlp-http", "127.0.0.1:0",
+                "--duration", "0.3")
+    assert_clean(r, allowed=(0,))
+    assert "receiving OTLP traces on http://127.0.0.1:" in r.err and "receiver stopped" in r.err
+    assert open_trace(tmp_path / "t", strict=True).meta["closed"] is True
+    for args in (["--otlp-grpc", "off", "--otlp-http", "off"], ["--otlp-http", "nowhere"],
+                 ["--otlp-grpc", "127.0.0.1:99999"]):
+        r = run_cli("receive", "-o", tmp_path / "u", "--duration", "0.1", *args)
+        assert_clean(r, allowed=(2,))
+    r = run_cli("receive", "-o", tmp_path / "t", "--duration", "0.1")  # not empty, no --force
+    assert_clean(r, allowed=(2,))
