@@ -240,8 +240,10 @@ def _collect(con: duckdb.DuckDBPyConnection, traces: list[Trace], roof: list[Roo
     if n == 0:
         raise BadInput(f"{', '.join(str(t.path) for t in traces)}: no requests to analyse "
                        "(no span or token carries a request_id)")
+    # a trace whose every request failed is analysed (its failures are the finding), not refused
     measurable = con.sql("SELECT e2e_requests + (SELECT gaps FROM tokens_gap_stats) "
-                         "+ (SELECT count(*) FROM tokens_requests) FROM summary_numbers").fetchall()[0][0]
+                         "+ (SELECT count(*) FROM tokens_requests) + failed_requests "
+                         "FROM summary_numbers").fetchall()[0][0]
     if not measurable:
         raise BadInput(f"{', '.join(str(t.path) for t in traces)}: nothing to measure: no request has a "
                        "client.request, server.request or server-clock span, and there are no tokens")

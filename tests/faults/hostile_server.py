@@ -28,6 +28,13 @@ def chunk(text: str, **extra: Any) -> bytes:
     return b"data: " + json.dumps(event).encode() + b"\n\n"
 
 
+def finish(text: str, reason: str = "length") -> bytes:
+    """The last content chunk of an answer, with its finish_reason (real servers always send one)."""
+    event = {"id": "x", "object": "chat.completion.chunk", "model": "fake",
+             "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": reason}]}
+    return b"data: " + json.dumps(event).encode() + b"\n\n"
+
+
 SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
 
 
@@ -162,12 +169,12 @@ class HostileServer:
             # huge and non-finite durations in the header and the final event: the rest must survive
             await self._write(writer, b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
                                       b"server-timing: server;dur=1e999, queue;dur=nan, prefill;dur=-5\r\n"
-                                      b"connection: close\r\n\r\n" + chunk("a") + chunk("b")
+                                      b"connection: close\r\n\r\n" + chunk("a") + finish("b")
                               + b'data: {"choices": [], "usage": {"completion_tokens": 2}, "server_timing": '
                               + b'{"server": 1' + b"0" * 400 + b', "decode": 1e400, "queue": -1}}\n\n'
                               + b"data: [DONE]\n\n")
         elif b == "secret-output":  # a well-behaved stream whose text must never reach a trace
-            await self._write(writer, SSE_HEAD + chunk("s3cr3t-") + chunk("0utput-") + chunk("t3xt")
+            await self._write(writer, SSE_HEAD + chunk("s3cr3t-") + chunk("0utput-") + finish("t3xt")
                               + b'data: {"choices": [], "usage": {"completion_tokens": 3, "prompt_tokens": 5}}\n\n'
                               + b"data: [DONE]\n\n")
         else:
