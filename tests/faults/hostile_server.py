@@ -49,6 +49,7 @@ class HostileServer:
         self.models = models
         self.port = 0
         self.requests = 0
+        self.posts = 0
         #: bytes this server pushed to clients (an endless body is bounded by the client, not us)
         self.sent = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -96,6 +97,8 @@ class HostileServer:
             await self._write(writer, piece)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.behaviour.startswith("pooled-"):
+            return await self._keep_alive(reader, writer)
         try:
             head = await reader.readuntil(b"\r\n\r\n")
             lines = head.decode("latin-1").split("\r\n")
@@ -108,6 +111,40 @@ class HostileServer:
                 await self._models(writer)
             else:
                 await self._post(writer)
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError, OSError):
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _keep_alive(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Keep-alive connections that the server closes when the client sends a second request on
+        one, without answering it (llama.cpp's llama-server closes a connection after a stream; a
+        client that reuses it first hears of it there). ``pooled-close``: the first request on each
+        connection is answered. ``pooled-close-then-refuse``: only the server's first request is;
+        every later one, on any connection, is closed unanswered (a real failure)."""
+        on_this = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method = lines[0].split()[0]
+                length = next((int(ln.split(":", 1)[1]) for ln in lines
+                               if ln.lower().startswith("content-length:")), 0)
+                if length:
+                    await reader.readexactly(length)
+                self.requests += 1
+                if method == "GET":
+                    return await self._models(writer)
+                on_this += 1
+                self.posts += 1
+                refuse = on_this > 1 or (self.behaviour == "pooled-close-then-refuse" and self.posts > 1)
+                if refuse:
+                    return  # close without a byte of response
+                body = chunk("a") + finish("b") + b"data: [DONE]\n\n"
+                await self._write(writer, b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                                          b"transfer-encoding: chunked\r\n\r\n"
+                                  + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError, OSError):
             pass
         finally:

@@ -78,8 +78,8 @@ def print_probe_report(rep: dict[str, Any]) -> None:
         b = rep["network_bound"]
         if b is not None:
             print(f"network: not measured per request (the server reports no total time); TCP connect "
-                  f"p50 {b['rtt_ms']:.3g} ms bounds it: network >= 1 RTT, and even {b['round_trips']} "
-                  f"round trips would be {b['bound_share'] * 100:.2g} % of e2e")
+                  f"p50 {b['rtt_ms']:.3g} ms bounds it: network >= 1 RTT = {_pct(b['rtt_share'])} of "
+                  f"e2e, {b['round_trips']} round trips would be {_pct(b['bound_share'])}")
         else:
             print("network: not measured (the server reports no total time: run tracetool's middleware "
                   "in it, send its OTLP spans to tracetool receive, or merge its trace)")
@@ -88,6 +88,11 @@ def print_probe_report(rep: dict[str, Any]) -> None:
               "sent again once on a new connection")
     for e in rep["errors"]:
         print(f"failed x{e['count']}: {e['error']}")
+
+
+def _pct(x: float) -> str:
+    v = x * 100
+    return f"{v:.0f} %" if v >= 10 else f"{v:.1f} %" if v >= 1 else f"{v:.2g} %"
 
 
 def _network_bound(metrics: dict[str, Any]) -> dict[str, Any] | None:
