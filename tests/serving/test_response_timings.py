@@ -55,10 +55,10 @@ def test_llama_cpp_timings_give_prefill_and_decode(usage: bool, double: UvicornT
     comps = doc["components"]
     assert comps["prefill"]["measured"] and comps["decode"]["measured"]
     assert comps["prefill"]["ms"] == pytest.approx(PROMPT_MS)
-    # decode as reported (the double's real first-to-last-token time) sits inside the client's
-    # first-to-last-token time
+    # decode as reported (the double's real first-to-last-token time) is what the client saw from
+    # its first token to its end, within scheduling noise
     ttft, e2e = doc["ttft_ms"]["mean"], doc["e2e_ms"]["mean"]
-    assert 0.5 * (e2e - ttft) < comps["decode"]["ms"] <= e2e - ttft
+    assert comps["decode"]["ms"] == pytest.approx(e2e - ttft, rel=0.2, abs=5)
     assert ttft >= PROMPT_MS
     assert not comps["network"]["measured"] and not comps["queue"]["measured"]
     assert doc["bottleneck"] in ("prefill", "decode")

@@ -129,6 +129,9 @@ class ProbeResult:
     results: list[RequestResult]
     wall_s: float
     out: Path | None
+    #: the TCP handshake of the model-list request (client clock): with keep-alive, the first
+    #: request reuses that connection, so at concurrency 1 it is the run's only RTT sample
+    setup_connect: tuple[int, int] | None = None
 
 
 def normalize_url(url: str, chat: bool | None) -> tuple[str, bool]:
@@ -178,6 +181,7 @@ class Prober:
         self.failed = 0
         self.recorder: Any = None
         self.models_listed = False
+        self.setup_connect: tuple[int, int] | None = None
         #: optional request fields, dropped (one notice each) when a server rejects them: usage in
         #: the stream, and vLLM's per-request metrics (ignored by servers that do not know it)
         self.optional: dict[str, Any] = (
@@ -225,15 +229,23 @@ class Prober:
                 self._close_trace()
         wall = time.monotonic() - self._t0
         self.results.sort(key=lambda r: r.index)
-        return ProbeResult(cfg, self.base, model, self.chat, self.results, wall, cfg.out)
+        return ProbeResult(cfg, self.base, model, self.chat, self.results, wall, cfg.out, self.setup_connect)
 
     async def _first_model(self, client: Any) -> str:
         import httpx
 
         url = f"{self.base}/models"
 
+        marks: dict[str, int] = {}
+
+        async def trace(name: str, info: dict[str, Any]) -> None:
+            if name == "connection.connect_tcp.started":
+                marks["start"] = client_now()
+            elif name == "connection.connect_tcp.complete" and "start" in marks:
+                self.setup_connect = (marks["start"], client_now())
+
         async def get() -> tuple[int, bytes]:
-            async with client.stream("GET", url) as resp:
+            async with client.stream("GET", url, extensions={"trace": trace}) as resp:
                 return resp.status_code, await _read_capped(resp, MAX_BODY_BYTES)
 
         try:  # the whole exchange is bounded: a server dripping bytes never trips a read timeout
@@ -429,6 +441,9 @@ class Prober:
         }
         self.recorder = Recorder(c.out, meta=meta, flush_interval_s=0.5).start()
         self.recorder.writer.sink("requests")  # declared: every request gets a row
+        if self.setup_connect is not None:  # an RTT sample of no request (request_id "")
+            self.recorder.guard(self.recorder.add_span, "client.connect", *self.setup_connect, request_id="",
+                                clock="client", where="probe trace")
 
     def _record(self, r: RequestResult) -> None:
         if self.recorder is not None:

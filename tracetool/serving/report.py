@@ -33,7 +33,8 @@ def probe_report(result: ProbeResult) -> dict[str, Any]:
     net = [(r.end_ns - r.start_ns) / 1e6 - r.server_timing["server"] for r in ok
            if r.server_timing and "server" in r.server_timing]
     metrics["network_ms"] = stats(net)
-    metrics["connect_ms"] = stats((r.connect[1] - r.connect[0]) / 1e6 for r in rs if r.connect)
+    connects = [r.connect for r in rs if r.connect] + ([result.setup_connect] if result.setup_connect else [])
+    metrics["connect_ms"] = stats((c[1] - c[0]) / 1e6 for c in connects)
     for phase in ("queue", "prefill", "decode"):  # what the server said it spent (its clock)
         metrics[f"{phase}_ms"] = stats(r.server_timing[phase] for r in ok
                                        if r.server_timing and phase in r.server_timing)
