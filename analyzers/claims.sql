@@ -104,8 +104,9 @@ v AS (
                     || _n(aggregate_tok_s) || ' tok/s across ' || _f(mean_concurrency, 1)
                     || ' requests in flight: aggregate throughput is not per-request speed'
                 END
-            WHEN rtt_bound THEN 'network is not measured per request; the TCP handshake (median of '
-                || _n(ne_n) || ' connections) puts one round trip at ' || _ms(ne_rtt_ms) || ' = '
+            WHEN rtt_bound THEN 'network is not measured per request; the TCP handshake ('
+                || CASE WHEN ne_n = 1 THEN 'one connection' ELSE 'median of ' || _n(ne_n) || ' connections' END
+                || ') puts one round trip at ' || _ms(ne_rtt_ms) || ' = '
                 || _pct(ne_rtt_share) || ' of e2e and ' || _n(ne_trips) || ' round trips at '
                 || _pct(ne_bound_share) || ': network lies between the two'
                 || CASE WHEN ne_verdict IS NULL THEN ', which straddle a threshold: measure it with server timing'

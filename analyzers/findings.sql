@@ -216,7 +216,9 @@ WITH f AS (
             THEN coalesce(_n(s.dropped_rows) || ' rows were dropped while recording (buffers full): figures cover what was kept', '') END},
     {'id': 'network-rtt-bound', 'detail': CASE WHEN ne.basis = 'tcp-connect'
             THEN coalesce('network is not measured per request, but the TCP handshake takes ' || _ms(ne.rtt_ms)
-                || ' (median of ' || _n(ne.connections) || ' new connections, one round trip each): network >= RTT '
+                || ' (' || CASE WHEN ne.connections = 1 THEN 'one new connection'
+                              ELSE 'median of ' || _n(ne.connections) || ' new connections' END
+                || ', one round trip each): network >= RTT '
                 || _ms(ne.rtt_ms) || ' = ' || _pct(ne.rtt_share) || ' of e2e (mean ' || _ms(ne.e2e_mean_ms) || '); '
                 || CASE ne.verdict
                     WHEN 'misdiagnosis' THEN 'even ' || _n(ne.round_trips) || ' round trips would be '

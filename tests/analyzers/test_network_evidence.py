@@ -70,6 +70,8 @@ def test_the_network_claim_on_the_bound(e2e_ms: float, rtt_ms: float, trips: flo
     (claim,) = a.to_json()["claims"]
     assert (claim["verdict"], claim["basis"]) == (verdict, "rtt-bound")
     assert a.to_json()["network_evidence"]["verdict"] == (None if verdict == "unmeasured" else verdict)
+    assert "(one new connection, one round trip each)" in detail(a, "network-rtt-bound")
+    assert "the TCP handshake (one connection) puts one round trip at" in claim["detail"]
     if verdict == "unmeasured":
         assert "straddle a threshold: measure it with server timing" in claim["detail"]
         assert "the network may matter; measure it with server timing" in detail(a, "network-rtt-bound")

@@ -43,10 +43,10 @@ def test_concurrency_1_gives_whole_answers_and_sane_latencies(llama_server: Llam
     rep = _probe(cli, llama_server.url, tmp_path / "c1", n=3, concurrency=1)
     assert (rep["ok"], rep["failed"]) == (3, 0), rep["errors"]
     m = rep["metrics"]
-    # SmolLM2-135M on two CPU threads: a prompt of ~40 tokens with the chat template in tens to
-    # hundreds of ms, a token every few to tens of ms; the bounds only rule out nonsense
-    assert 1 < m["ttft_ms"]["p50"] < 10_000
-    assert 0.2 < m["itl_ms"]["p50"] < 1_000
+    # SmolLM2-135M on one CPU thread: a prompt of ~40 tokens with the chat template in 0.1-1 s
+    # (seconds on a busy shared machine), a token every 20-60 ms; the bounds only rule out nonsense
+    assert 1 < m["ttft_ms"]["p50"] < 30_000
+    assert 0.2 < m["itl_ms"]["p50"] < 2_000
     assert m["ttft_ms"]["p50"] > m["itl_ms"]["p50"]  # prefill of the whole prompt vs one token
     assert 1 <= rep["output_tokens"] <= 3 * MAX_TOKENS
     rows = open_trace(tmp_path / "c1", strict=True).table("requests").to_pylist()
