@@ -39,7 +39,7 @@ VERSION = 1
 #: Summary tables copied out of DuckDB into every Analysis (small: at most one row per request).
 TABLES = ("attribution_requests", "attribution_components", "latency_percentiles", "decode_fit",
           "decode_throughput", "roofline_summary", "host_overhead", "steps_batch", "steps_prefill",
-          "gpu_decode", "stacks_categories", "summary_numbers", "findings", "claims")
+          "gpu_decode", "stacks_categories", "network_evidence", "summary_numbers", "findings", "claims")
 
 
 @dataclass(eq=False)  # identity: it holds a connection, and its traces hold itself (one trace)
@@ -136,6 +136,7 @@ class Analysis:
                                "measured": bool(comps[c]["measured"]), "requests": comps[c]["requests"]}
                            for c in COMPONENTS if c in comps},
             "bottleneck": s.get("bottleneck"),
+            "network_evidence": _clean(self.one("network_evidence")) or None,
             "headline": s.get("headline"),
             "decode": {
                 "per_request_tok_s": _num(tp.get("per_request_tok_s")),
@@ -159,7 +160,8 @@ class Analysis:
             "findings": [{"id": r["id"], "severity": r["severity"], "title": r["title"], "detail": r["detail"]}
                          for r in self.rows("findings")],
             "claims": [{"claim": r["claim"], "component": r["component"], "verdict": r["verdict"],
-                        "share": _num(r["share"]), "detail": r["detail"]} for r in self.rows("claims")],
+                        "share": _num(r["share"]), "basis": r["basis"], "detail": r["detail"]}
+                       for r in self.rows("claims")],
             "thresholds": self.thresholds.as_dict(),
             "warnings": list(self.warnings),
         }
@@ -240,8 +242,10 @@ def _collect(con: duckdb.DuckDBPyConnection, traces: list[Trace], roof: list[Roo
     if n == 0:
         raise BadInput(f"{', '.join(str(t.path) for t in traces)}: no requests to analyse "
                        "(no span or token carries a request_id)")
+    # a trace whose every request failed is analysed (its failures are the finding), not refused
     measurable = con.sql("SELECT e2e_requests + (SELECT gaps FROM tokens_gap_stats) "
-                         "+ (SELECT count(*) FROM tokens_requests) FROM summary_numbers").fetchall()[0][0]
+                         "+ (SELECT count(*) FROM tokens_requests) + failed_requests "
+                         "FROM summary_numbers").fetchall()[0][0]
     if not measurable:
         raise BadInput(f"{', '.join(str(t.path) for t in traces)}: nothing to measure: no request has a "
                        "client.request, server.request or server-clock span, and there are no tokens")

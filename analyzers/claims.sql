@@ -37,6 +37,7 @@ SELECT * FROM (VALUES
 -- @column component: The component the verdict is about.
 -- @column verdict: 'supported', 'contributing', 'misdiagnosis' or 'unmeasured'.
 -- @column share: The component's share of e2e, 0..1 (null when not measured).
+-- @column basis: What the verdict rests on: 'measured' (the component's share), 'rtt-bound' (network from the client's TCP handshakes, see network_evidence), 'roofline', 'decode-time', or 'none' (unmeasured).
 -- @column detail: The evidence: measured numbers with units.
 CREATE OR REPLACE TEMP TABLE claims AS
 WITH k AS (
@@ -45,11 +46,17 @@ WITH k AS (
 ),
 j AS (
     SELECT k.*, a.measured, a.share, a.ms, a.bottleneck AS is_bottleneck, s.*, t.supported_share AS t_sup,
-        t.misdiagnosis_share AS t_mis, t.compute_bound_ratio AS t_cb, t.sub_second_decode_s AS t_sub
+        t.misdiagnosis_share AS t_mis, t.compute_bound_ratio AS t_cb, t.sub_second_decode_s AS t_sub,
+        -- a client-only trace judges the network story on the bound of its TCP handshakes
+        (k.component = 'network' AND NOT a.measured AND ne.basis = 'tcp-connect' AND ne.rtt_share IS NOT NULL)
+            AS rtt_bound,
+        ne.verdict AS ne_verdict, ne.rtt_ms AS ne_rtt_ms, ne.rtt_share AS ne_rtt_share, ne.connections AS ne_n,
+        ne.round_trips AS ne_trips, ne.bound_share AS ne_bound_share
     FROM k
     JOIN attribution_components AS a USING (component)
     CROSS JOIN summary_numbers AS s
     CROSS JOIN _thresholds AS t
+    CROSS JOIN network_evidence AS ne
 ),
 v AS (
     SELECT ordinal, claim, key, component, share,
@@ -63,11 +70,20 @@ v AS (
                 WHEN decode_s_mean IS NULL THEN 'unmeasured'
                 WHEN decode_s_mean <= t_sub THEN 'supported'
                 ELSE 'misdiagnosis' END
+            WHEN rtt_bound THEN coalesce(ne_verdict, 'unmeasured')
             WHEN NOT measured THEN 'unmeasured'
             WHEN is_bottleneck OR share >= t_sup THEN 'supported'
             WHEN share < t_mis THEN 'misdiagnosis'
             ELSE 'contributing'
         END AS verdict,
+        CASE
+            WHEN key = 'compute-bound' THEN CASE WHEN roofline_available AND compute_to_memory IS NOT NULL
+                THEN 'roofline' ELSE 'none' END
+            WHEN key = 'throughput' THEN CASE WHEN decode_s_mean IS NOT NULL THEN 'decode-time' ELSE 'none' END
+            WHEN rtt_bound THEN 'rtt-bound'
+            WHEN measured THEN 'measured'
+            ELSE 'none'
+        END AS basis,
         CASE
             WHEN key = 'compute-bound' THEN CASE
                 WHEN NOT roofline_available OR compute_to_memory IS NULL THEN
@@ -88,6 +104,13 @@ v AS (
                     || _n(aggregate_tok_s) || ' tok/s across ' || _f(mean_concurrency, 1)
                     || ' requests in flight: aggregate throughput is not per-request speed'
                 END
+            WHEN rtt_bound THEN 'network is not measured per request; the TCP handshake ('
+                || CASE WHEN ne_n = 1 THEN 'one connection' ELSE 'median of ' || _n(ne_n) || ' connections' END
+                || ') puts one round trip at ' || _ms(ne_rtt_ms) || ' = '
+                || _pct(ne_rtt_share) || ' of e2e and ' || _n(ne_trips) || ' round trips at '
+                || _pct(ne_bound_share) || ': network lies between the two'
+                || CASE WHEN ne_verdict IS NULL THEN ', which straddle a threshold: measure it with server timing'
+                        ELSE '' END
             WHEN NOT measured THEN component || ' is not measured in this trace ('
                 || CASE component
                     WHEN 'network' THEN 'needs client.request and server.request spans of the same request'
@@ -99,6 +122,6 @@ v AS (
         END AS detail
     FROM j
 )
-SELECT ordinal, claim, key, component, verdict, share, detail
+SELECT ordinal, claim, key, component, verdict, share, basis, detail
 FROM v
 ORDER BY ordinal;

@@ -22,7 +22,7 @@ SELECT * FROM (VALUES
     (3, 'network-not-bottleneck', 'info', 'The network is not the bottleneck',
         'network is measured, holds less than misdiagnosis_share and is not the bottleneck'),
     (4, 'network-unmeasured', 'info', 'Network time is not measured',
-        'no request has both client.request and server.request spans'),
+        'no request has both client.request and server.request spans; the detail says which side the trace holds and the next step'),
     (5, 'short-outputs', 'warning', 'Outputs are tiny: TTFT and fixed costs dominate',
         'the median request has at most short_output_tokens output tokens'),
     (6, 'queue-dominant', 'warning', 'Queueing dominates: the server is overloaded',
@@ -68,7 +68,9 @@ SELECT * FROM (VALUES
     (26, 'failed-requests', 'warning', 'Some requests failed',
         'at least one request has status error (left out of every figure)'),
     (27, 'dropped-rows', 'warning', 'The recorder dropped rows',
-        'meta.json counts dropped rows: the evidence is incomplete')
+        'meta.json counts dropped rows: the evidence is incomplete'),
+    (28, 'network-rtt-bound', 'info', 'The client''s TCP handshakes bound the network time',
+        'network is not measured per request, but client.request and client.connect spans are: 1 RTT <= network <= network_bound_round_trips RTTs')
 ) AS v(ordinal, id, severity, title, fires_when);
 
 -- @table findings
@@ -103,12 +105,26 @@ WITH f AS (
                 || _ms(s.e2e_mean_ms) || '); ' || s.bottleneck || ' holds ' || _pct(s.bottleneck_share)
                 || ': shaving RTT will not move latency', '') END},
     {'id': 'network-unmeasured', 'detail': CASE WHEN s.network_share IS NULL AND s.e2e_requests > 0
-            THEN coalesce('no request has both client.request and server.request spans, so network time is unknown '
-                || '(not zero); record the client side (tracetool probe) to test the network story', '') END},
+            THEN coalesce('network time is unknown (not zero): ' || CASE
+                -- say what the trace holds, what it lacks, and the one step that would measure it
+                WHEN ne.client_requests > 0 AND ne.server_requests = 0 THEN 'a client-side trace measures e2e, '
+                    || 'TTFT and ITL, not the server''s total time (no server.request span)'
+                    || CASE WHEN s.bottleneck IS NOT NULL THEN '; the server reported phases, not its total' ELSE '' END
+                    || '. Next: server timing, then tracetool merge (tracetool''s middleware in a server you run; '
+                    || 'tracetool receive for the OTLP spans of vLLM, TGI or SGLang)'
+                WHEN ne.client_requests = 0 AND ne.server_requests > 0 THEN 'a server-side trace: no request has '
+                    || 'a client.request span. Next: record the client side (tracetool probe) and tracetool merge '
+                    || 'the two traces'
+                WHEN ne.client_requests > 0 THEN 'client.request and server.request spans never belong to the same '
+                    || 'request. Next: tracetool merge the client and server traces (it joins them on request id)'
+                ELSE 'an in-process trace: the network is outside it. Next: serve the model and probe it '
+                    || '(tracetool serve, tracetool probe)' END, '') END},
     {'id': 'short-outputs', 'detail': CASE WHEN s.output_tokens_p50 <= t.short_output_tokens
             THEN coalesce('median ' || _n(s.output_tokens_p50) || ' output tokens per request; TTFT ' || _ms(s.ttft_mean_ms)
-                || ' = ' || _pct(s.ttft_share) || ' of e2e; ' || coalesce(s.bottleneck, 'no component')
-                || ' holds ' || _pct(s.bottleneck_share) || ': decode is not the story here', '') END},
+                || ' = ' || _pct(s.ttft_share) || ' of e2e; '
+                || CASE WHEN s.bottleneck IS NULL THEN 'first to last token the other ' || _pct(1 - s.ttft_share)
+                        ELSE s.bottleneck || ' holds ' || _pct(s.bottleneck_share) END
+                || ': decode is not the story here', '') END},
     {'id': 'queue-dominant', 'detail': CASE WHEN s.queue_share IS NOT NULL AND (s.bottleneck = 'queue' OR s.queue_share >= t.supported_share
             OR s.queue_ttft_share >= t.queue_ttft_share)
             THEN coalesce('queue ' || _ms(s.queue_ms) || ' per request = ' || _pct(s.queue_share) || ' of e2e and '
@@ -197,9 +213,22 @@ WITH f AS (
     {'id': 'failed-requests', 'detail': CASE WHEN s.failed_requests > 0
             THEN coalesce(_n(s.failed_requests) || ' of ' || _n(s.requests) || ' requests failed; they are left out of every figure', '') END},
     {'id': 'dropped-rows', 'detail': CASE WHEN s.dropped_rows > 0
-            THEN coalesce(_n(s.dropped_rows) || ' rows were dropped while recording (buffers full): figures cover what was kept', '') END}
+            THEN coalesce(_n(s.dropped_rows) || ' rows were dropped while recording (buffers full): figures cover what was kept', '') END},
+    {'id': 'network-rtt-bound', 'detail': CASE WHEN ne.basis = 'tcp-connect'
+            THEN coalesce('network is not measured per request, but the TCP handshake takes ' || _ms(ne.rtt_ms)
+                || ' (' || CASE WHEN ne.connections = 1 THEN 'one new connection'
+                              ELSE 'median of ' || _n(ne.connections) || ' new connections' END
+                || ', one round trip each): network >= RTT '
+                || _ms(ne.rtt_ms) || ' = ' || _pct(ne.rtt_share) || ' of e2e (mean ' || _ms(ne.e2e_mean_ms) || '); '
+                || CASE ne.verdict
+                    WHEN 'misdiagnosis' THEN 'even ' || _n(ne.round_trips) || ' round trips would be '
+                        || _pct(ne.bound_share) || ' of e2e: the network is not the story'
+                    WHEN 'supported' THEN 'one round trip alone is a large share: the link matters here'
+                    ELSE _n(ne.round_trips) || ' round trips would be ' || _pct(ne.bound_share)
+                        || ' of e2e: the network may matter; measure it with server timing' END
+                || ' (a proxy that accepts connections and then waits would hide behind a short handshake)', '') END}
     ], recursive := true)
-    FROM summary_numbers AS s, _thresholds AS t,
+    FROM summary_numbers AS s, _thresholds AS t, network_evidence AS ne,
         (SELECT count(*) AS n, median((end_ns - start_ns) / 1e6) AS p50_ms
          FROM spans WHERE name = 'client.connect') AS c
 )

@@ -68,6 +68,9 @@ class Thresholds:
     prefill_stall_ratio: float = 2
     #: Share of busy CPU samples in one category at or above this: that category is hot.
     cpu_category_share: float = 0.2
+    #: Round trips that bound a streamed request's network time from above when only the client's TCP
+    #: handshakes measure the link (a client-only trace): network <= this many RTTs.
+    network_bound_round_trips: float = 10
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

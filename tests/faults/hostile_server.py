@@ -28,6 +28,13 @@ def chunk(text: str, **extra: Any) -> bytes:
     return b"data: " + json.dumps(event).encode() + b"\n\n"
 
 
+def finish(text: str, reason: str = "length") -> bytes:
+    """The last content chunk of an answer, with its finish_reason (real servers always send one)."""
+    event = {"id": "x", "object": "chat.completion.chunk", "model": "fake",
+             "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": reason}]}
+    return b"data: " + json.dumps(event).encode() + b"\n\n"
+
+
 SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
 
 
@@ -42,6 +49,7 @@ class HostileServer:
         self.models = models
         self.port = 0
         self.requests = 0
+        self.posts = 0
         #: bytes this server pushed to clients (an endless body is bounded by the client, not us)
         self.sent = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -89,6 +97,8 @@ class HostileServer:
             await self._write(writer, piece)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.behaviour.startswith("pooled-"):
+            return await self._keep_alive(reader, writer)
         try:
             head = await reader.readuntil(b"\r\n\r\n")
             lines = head.decode("latin-1").split("\r\n")
@@ -101,6 +111,40 @@ class HostileServer:
                 await self._models(writer)
             else:
                 await self._post(writer)
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError, OSError):
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _keep_alive(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Keep-alive connections that the server closes when the client sends a second request on
+        one, without answering it (llama.cpp's llama-server closes a connection after a stream; a
+        client that reuses it first hears of it there). ``pooled-close``: the first request on each
+        connection is answered. ``pooled-close-then-refuse``: only the server's first request is;
+        every later one, on any connection, is closed unanswered (a real failure)."""
+        on_this = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method = lines[0].split()[0]
+                length = next((int(ln.split(":", 1)[1]) for ln in lines
+                               if ln.lower().startswith("content-length:")), 0)
+                if length:
+                    await reader.readexactly(length)
+                self.requests += 1
+                if method == "GET":
+                    return await self._models(writer)
+                on_this += 1
+                self.posts += 1
+                refuse = on_this > 1 or (self.behaviour == "pooled-close-then-refuse" and self.posts > 1)
+                if refuse:
+                    return  # close without a byte of response
+                body = chunk("a") + finish("b") + b"data: [DONE]\n\n"
+                await self._write(writer, b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                                          b"transfer-encoding: chunked\r\n\r\n"
+                                  + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError, OSError):
             pass
         finally:
@@ -162,12 +206,12 @@ class HostileServer:
             # huge and non-finite durations in the header and the final event: the rest must survive
             await self._write(writer, b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
                                       b"server-timing: server;dur=1e999, queue;dur=nan, prefill;dur=-5\r\n"
-                                      b"connection: close\r\n\r\n" + chunk("a") + chunk("b")
+                                      b"connection: close\r\n\r\n" + chunk("a") + finish("b")
                               + b'data: {"choices": [], "usage": {"completion_tokens": 2}, "server_timing": '
                               + b'{"server": 1' + b"0" * 400 + b', "decode": 1e400, "queue": -1}}\n\n'
                               + b"data: [DONE]\n\n")
         elif b == "secret-output":  # a well-behaved stream whose text must never reach a trace
-            await self._write(writer, SSE_HEAD + chunk("s3cr3t-") + chunk("0utput-") + chunk("t3xt")
+            await self._write(writer, SSE_HEAD + chunk("s3cr3t-") + chunk("0utput-") + finish("t3xt")
                               + b'data: {"choices": [], "usage": {"completion_tokens": 3, "prompt_tokens": 5}}\n\n'
                               + b"data: [DONE]\n\n")
         else:

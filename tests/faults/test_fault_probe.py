@@ -93,3 +93,35 @@ def test_a_broken_model_list_is_one_line_and_exit_3(models: str, expect: str, cl
     assert len(lines) == 1 and expect in lines[0], r.err
     assert took < 10, f"took {took:.1f} s"
     assert sent < 48 << 20, f"the client let the server push {sent >> 20} MiB"
+
+
+def test_a_pooled_connection_closed_before_any_byte_is_retried_once(cli: Any, tmp_path: Path) -> None:
+    """Issue 30.4: llama-server closes a connection after each stream; the next request on that pooled
+    connection got "Server disconnected without sending a response" and the server never saw it."""
+    with HostileServer("pooled-close") as srv:
+        r = cli("probe", srv.url, "-n", 4, "--concurrency", 1, "--timeout", 5, "-q", "-o", tmp_path / "t")
+        posts = srv.posts
+    assert r.code == 0, r.err
+    assert "4 ok, 0 failed of 4" in r.out, r.out
+    assert "retried x2: a pooled connection was closed before any response byte" in r.out
+    assert posts == 6  # four requests, two of them sent twice
+    spans = open_trace(tmp_path / "t", strict=True).table("spans").to_pylist()
+    retries = [s for s in spans if s["name"] == "client.retry"]
+    assert len(retries) == 2 and all(s["clock"] == "client" for s in retries)
+    # the retried request's client.request is the attempt that worked, after the failed one
+    starts = {s["request_id"]: s["start_ns"] for s in spans if s["name"] == "client.request"}
+    assert all(s["end_ns"] <= starts[s["request_id"]] for s in retries)
+
+
+def test_a_real_failure_stays_a_failure(cli: Any, tmp_path: Path) -> None:
+    """Only a pooled connection is retried, and only once: a server that closes new connections too
+    fails those requests."""
+    with HostileServer("pooled-close-then-refuse") as srv:
+        r, rep, _ = _probe(cli, srv.url, tmp_path / "t", "--concurrency", 1, "-n", 4)
+        posts = srv.posts
+    assert r.code == 0, r.err
+    assert (rep["ok"], rep["failed"], rep["retried"]) == (1, 3, 1), rep
+    errors = {e["error"]: e["count"] for e in rep["errors"]}
+    assert all(e.startswith("connection closed before the response") for e in errors), errors
+    assert sum(1 for e in errors if e.endswith("(sent again on a new connection)")) == 1
+    assert posts == 5  # the first, the pooled one twice, then two on new connections, never resent

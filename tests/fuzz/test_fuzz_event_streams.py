@@ -61,8 +61,14 @@ def stream_bytes(draw: Any) -> bytes:
                                                           "decode"]), min_size=1, unique=True))}
         usage = {k: v for k, v in fields.items() if k.endswith("_tokens")}
         timing = {k: v for k, v in fields.items() if not k.endswith("_tokens")}
-        events.insert(len(events) - 1, json.dumps({"choices": [], "usage": usage, "server_timing": timing},
-                                                  allow_nan=True))
+        # and as unmodified servers report them: llama.cpp's timings, vLLM's per-request metrics
+        hostile = st.one_of(st.sampled_from([-1, 0, 2**31, 2**63, 1e400, "7", None]), JSON_VALUES)
+        llama = {k: draw(hostile) for k in draw(st.lists(st.sampled_from(
+            ["prompt_ms", "predicted_ms", "prompt_n", "cache_n", "predicted_n"]), unique=True))}
+        vllm = {k: draw(hostile) for k in draw(st.lists(st.sampled_from(
+            ["queue_time_ms", "time_to_first_token_ms", "generation_time_ms"]), unique=True))}
+        events.insert(len(events) - 1, json.dumps({"choices": [], "usage": usage, "server_timing": timing,
+                                                   "timings": llama, "metrics": vllm}, allow_nan=True))
     for e in events:
         if e != "[DONE]" and draw(st.integers(0, 2)) == 0:
             e = json.dumps(draw(mutated_json(json.loads(e))), allow_nan=True)

@@ -16,9 +16,10 @@ from typing import Any
 MODELS = json.dumps({"object": "list", "data": [{"id": "fake", "object": "model"}]}).encode()
 
 
-def _chunk(text: str) -> bytes:
+def _chunk(text: str, finish_reason: str | None = None) -> bytes:
     return b"data: " + json.dumps({"id": "x", "object": "chat.completion.chunk", "model": "fake",
-                                   "choices": [{"index": 0, "delta": {"content": text}}]}).encode() + b"\n\n"
+                                   "choices": [{"index": 0, "delta": {"content": text},
+                                                "finish_reason": finish_reason}]}).encode() + b"\n\n"
 
 
 BEHAVIOURS: dict[str, bytes] = {
@@ -31,7 +32,7 @@ BEHAVIOURS: dict[str, bytes] = {
     # a well-formed stream cut before [DONE]
     "no-done": _chunk("a") + _chunk("b"),
     # a good stream (from a server that refuses stream_options)
-    "strict": _chunk("a") + _chunk("b") + b"data: [DONE]\n\n",
+    "strict": _chunk("a") + _chunk("b", "length") + b"data: [DONE]\n\n",
 }
 
 

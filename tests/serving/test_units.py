@@ -123,3 +123,23 @@ def test_length_checks() -> None:
         with pytest.raises(ApiError) as e:
             check_lengths(prompt, out, context=ctx, limits=LIM)
         assert e.value.status == 400
+
+
+def test_timings_unmodified_servers_put_in_the_response() -> None:
+    from tracetool.serving.server_timings import SOURCE_LLAMA_CPP, SOURCE_VLLM, from_event
+
+    # llama-server's last chunk: prompt tokens are the processed ones plus the cached ones
+    rep = from_event({"choices": [], "timings": {"cache_n": 30, "prompt_n": 12, "prompt_ms": 41.5,
+                                                 "predicted_n": 16, "predicted_ms": 230.25,
+                                                 "predicted_per_second": 65.1}})
+    assert rep is not None and rep.source == SOURCE_LLAMA_CPP
+    assert (rep.phases, rep.prompt_tokens, rep.output_tokens) == ({"prefill": 41.5, "decode": 230.25}, 42, 16)
+    rep = from_event({"metrics": {"queue_time_ms": 3.0, "time_to_first_token_ms": 20.0, "generation_time_ms": 90.0,
+                                  "mean_itl_ms": 6.0, "tokens_per_second": 140.0}})
+    assert rep is not None and rep.source == SOURCE_VLLM
+    assert rep.phases == {"queue": 3.0, "prefill": 20.0, "decode": 90.0}
+    # what is not a duration is not a timing; an object of another shape is no report at all
+    assert from_event({"timings": {"prompt_ms": -1, "predicted_ms": float("nan")}}) is None
+    assert from_event({"metrics": {"cpu": 0.5}}) is None and from_event({"timings": "fast"}) is None
+    rep = from_event({"timings": {"prompt_ms": True, "predicted_ms": 10**400, "prompt_n": 2**40}})
+    assert rep is None

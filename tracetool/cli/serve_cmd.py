@@ -113,7 +113,8 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
 @click.option("--timeout", type=click.FloatRange(0, min_open=True), default=120.0, show_default=True,
               help="Seconds one request may take before it counts as failed.")
 @click.option("--ignore-eos", is_flag=True, help="Ask for exactly --max-tokens (vLLM/SGLang's ignore_eos).")
-@click.option("--no-usage", is_flag=True, help="Do not send stream_options.include_usage (old servers).")
+@click.option("--no-usage", is_flag=True,
+              help="Do not send stream_options.include_usage nor include_metrics (old servers).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds prompts and arrival times.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="Write the client trace here.")
@@ -134,10 +135,14 @@ def probe(url: str, n: int, concurrency: int, rate: float | None, prompt_tokens:
     each request, sends its id as X-Request-ID (and traceparent), and prints
     TTFT, TPOT, ITL and e2e (mean, p50, p90, p99) with vLLM bench serve's
     definitions (AIPerf calls TPOT "inter-token latency"), plus network time
-    when the server reports its own timing. With -o it writes a v1 trace:
-    client.request and client.connect spans, each token's client receipt time,
-    one requests row per request with its outcome. Failed requests are
-    recorded and counted; the exit code is 0 when the run completed, 3 when
+    when the server reports its total time, and queue/prefill/decode when it
+    reports phases (llama.cpp's timings, vLLM's per-request metrics). With -o
+    it writes a v1 trace: client.request and client.connect spans, each
+    token's client receipt time, one requests row per request with its
+    outcome. Failed requests, broken streams included (no content token, no
+    finish_reason, an error event, cut mid-message), are recorded and counted;
+    a request on a pooled connection closed before any response byte is sent
+    again once on a new one. The exit code is 0 when the run completed, 3 when
     nothing could be reached.
     """
     from tracetool.serving.probe import ProbeConfig, run_probe

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import random
 import sys
 import time
@@ -41,8 +40,9 @@ from typing import Any
 
 from tracetool.errors import BadInput, UsageError
 from tracetool.notices import say_once
+from tracetool.serving import probe_events, server_timings
 from tracetool.serving.probe_trace import write_request
-from tracetool.serving.sse import MAX_DURATION_MS, MalformedStream, SSEParser, parse_server_timing
+from tracetool.serving.sse import MalformedStream, SSEParser, parse_server_timing
 
 #: Most of an error body or model list read: enough for any message, bounded against endless bodies.
 MAX_BODY_BYTES = 1 << 20
@@ -98,10 +98,18 @@ class RequestResult:
     connect: tuple[int, int] | None = None
     tls: tuple[int, int] | None = None
     server_timing: dict[str, float] | None = None
+    #: where the server's timings came from (server_timings.SOURCE_*), in the order seen
+    timing_sources: list[str] = field(default_factory=list)
+    #: token counts from the server's timings (llama.cpp), used where usage gave none
+    reported_prompt_tokens: int | None = None
+    reported_output_tokens: int | None = None
     finish_reason: str | None = None
     done: bool = False
     reached: bool = False
     unreachable: bool = False
+    #: a first attempt that failed on a pooled connection closed before any response byte:
+    #: (start, end) on the client clock, and why; the request was then sent again on a new connection
+    retry: tuple[int, int, str] | None = None
 
     @property
     def ok(self) -> bool:
@@ -121,6 +129,9 @@ class ProbeResult:
     results: list[RequestResult]
     wall_s: float
     out: Path | None
+    #: the TCP handshake of the model-list request (client clock): with keep-alive, the first
+    #: request reuses that connection, so at concurrency 1 it is the run's only RTT sample
+    setup_connect: tuple[int, int] | None = None
 
 
 def normalize_url(url: str, chat: bool | None) -> tuple[str, bool]:
@@ -170,7 +181,13 @@ class Prober:
         self.failed = 0
         self.recorder: Any = None
         self.models_listed = False
-        self.usage = cfg.include_usage
+        self.setup_connect: tuple[int, int] | None = None
+        #: optional request fields, dropped (one notice each) when a server rejects them: usage in
+        #: the stream, and vLLM's per-request metrics (ignored by servers that do not know it)
+        self.optional: dict[str, Any] = (
+            {"stream_options": {"include_usage": True}, "include_metrics": True} if cfg.include_usage else {})
+        #: the client's settings, for a retry on a connection of its own
+        self._client_args: dict[str, Any] = {}
         #: requests in flight, by index (what has arrived of them so far)
         self.live: dict[int, RequestResult] = {}
         self._t0 = time.monotonic()
@@ -184,8 +201,8 @@ class Prober:
         limits = httpx.Limits(max_connections=cfg.concurrency, max_keepalive_connections=cfg.concurrency)
         timeout = httpx.Timeout(cfg.timeout_s, connect=min(cfg.timeout_s, 10.0))
         headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
-        async with httpx.AsyncClient(limits=limits, timeout=timeout, headers=headers,
-                                     trust_env=False) as client:
+        self._client_args = {"timeout": timeout, "headers": headers, "trust_env": False}
+        async with httpx.AsyncClient(limits=limits, **self._client_args) as client:
             model = cfg.model or await self._first_model(client)
             self._open_trace(model)
             self._t0 = time.monotonic()
@@ -212,15 +229,23 @@ class Prober:
                 self._close_trace()
         wall = time.monotonic() - self._t0
         self.results.sort(key=lambda r: r.index)
-        return ProbeResult(cfg, self.base, model, self.chat, self.results, wall, cfg.out)
+        return ProbeResult(cfg, self.base, model, self.chat, self.results, wall, cfg.out, self.setup_connect)
 
     async def _first_model(self, client: Any) -> str:
         import httpx
 
         url = f"{self.base}/models"
 
+        marks: dict[str, int] = {}
+
+        async def trace(name: str, info: dict[str, Any]) -> None:
+            if name == "connection.connect_tcp.started":
+                marks["start"] = client_now()
+            elif name == "connection.connect_tcp.complete" and "start" in marks:
+                self.setup_connect = (marks["start"], client_now())
+
         async def get() -> tuple[int, bytes]:
-            async with client.stream("GET", url) as resp:
+            async with client.stream("GET", url, extensions={"trace": trace}) as resp:
                 return resp.status_code, await _read_capped(resp, MAX_BODY_BYTES)
 
         try:  # the whole exchange is bounded: a server dripping bytes never trips a read timeout
@@ -261,8 +286,7 @@ class Prober:
             body["messages"] = [{"role": "user", "content": prompt}]
         else:
             body["prompt"] = prompt
-        if self.usage:
-            body["stream_options"] = {"include_usage": True}
+        body.update(self.optional)
         if self.cfg.ignore_eos:
             body["ignore_eos"] = True
         return body
@@ -285,6 +309,7 @@ class Prober:
                 r.tls = (marks["connection.start_tls.started"], t)
 
         r.start_ns = client_now()
+        pooled_close = False
         try:
             await asyncio.wait_for(self._stream(client, url, r, self._body(prompt, model), headers, trace),
                                    self.cfg.timeout_s)
@@ -295,9 +320,11 @@ class Prober:
         except (httpx.ConnectError, httpx.ConnectTimeout) as e:
             r.fail(f"connect failed: {_one_line(e)}")
             r.unreachable = True
-        except (httpx.RemoteProtocolError, httpx.ReadError) as e:
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
             where = "mid-stream" if r.http_status is not None else "before the response"
             r.fail(f"connection closed {where}: {_one_line(e)}")
+            # no TCP handshake in this attempt: the request went out on a pooled connection
+            pooled_close = r.http_status is None and r.connect is None
         except httpx.TimeoutException as e:
             r.fail(f"timeout: {type(e).__name__}")
         except httpx.HTTPError as e:
@@ -306,15 +333,39 @@ class Prober:
             r.fail(f"probe error: {type(e).__name__}: {_one_line(e)}")
         if not r.end_ns:
             r.end_ns = client_now()
-        if (self.usage and r.http_status in (400, 422) and r.error and "stream_options" in r.error
-                and not r.token_ns):
-            # a server that rejects stream_options: say so once, stop sending it, send this one again
-            self.usage = False
-            say_once("probe-no-usage", f"{self.base} rejects stream_options; probing without usage "
-                     "(token counts are content chunks)")
-            fresh = RequestResult(r.index, r.request_id, r.prompt_chars)
+        if pooled_close and r.retry is None:
+            await self._retry_fresh(r, prompt, model)
+            return
+        rejected = _rejected_field(r, self.optional)
+        if rejected is not None:
+            # a server that rejects an optional field: say so once, stop sending it, send this one again
+            del self.optional[rejected]
+            say_once(f"probe-no-{rejected}", f"{self.base} rejects {rejected}; probing without it"
+                     + (" (token counts are content chunks)" if rejected == "stream_options" else ""))
+            await self._again(client, r, prompt, model)
+
+    async def _retry_fresh(self, r: RequestResult, prompt: str, model: str) -> None:
+        """Send ``r`` again, once, on a connection of its own, after a pooled connection was closed
+        before any response byte: the server never saw the request (llama.cpp's llama-server closes
+        a connection after each stream, and the pool may hand out that connection before it notices).
+        The first attempt is kept in ``retry``; whatever the second attempt gets is the outcome."""
+        import httpx
+
+        fresh = RequestResult(r.index, r.request_id, r.prompt_chars)
+        fresh.retry = (r.start_ns, r.end_ns, r.error or "connection closed before the response")
+        one = httpx.Limits(max_connections=1, max_keepalive_connections=0)
+        async with httpx.AsyncClient(limits=one, **self._client_args) as client:
             await self._request(client, fresh, prompt, model)
-            r.__dict__.update(fresh.__dict__)
+        if fresh.error is not None:
+            fresh.error = (fresh.error + " (sent again on a new connection)")[:500]
+        r.__dict__.update(fresh.__dict__)
+
+    async def _again(self, client: Any, r: RequestResult, prompt: str, model: str) -> None:
+        """Send request ``r`` once more as a fresh result, keeping its id and index."""
+        fresh = RequestResult(r.index, r.request_id, r.prompt_chars)
+        await self._request(client, fresh, prompt, model)
+        fresh.retry = fresh.retry or r.retry
+        r.__dict__.update(fresh.__dict__)
 
     async def _stream(self, client: Any, url: str, r: RequestResult, body: dict[str, Any],
                       headers: dict[str, str], trace: Any) -> None:
@@ -324,6 +375,8 @@ class Prober:
             st = resp.headers.get("server-timing")
             if st:
                 r.server_timing = parse_server_timing(st) or None
+                if r.server_timing:
+                    r.timing_sources.append(server_timings.SOURCE_HEADER)
             if resp.status_code >= 400:
                 raw = await _read_capped(resp, MAX_BODY_BYTES)
                 r.end_ns = client_now()
@@ -343,54 +396,10 @@ class Prober:
             for data in parser.close():
                 self._on_event(r, data, client_now())
             r.end_ns = client_now()
-        if not r.done and r.finish_reason is None:
-            if parser.junk is not None:
-                raise MalformedStream(f"not an SSE line: {parser.junk!r}, and no [DONE]")
-            r.fail("stream ended before [DONE]")
+        probe_events.end_of_stream(r, parser.junk)
 
     def _on_event(self, r: RequestResult, data: str, t: int) -> None:
-        if data.strip() == "[DONE]":
-            r.done = True
-            return
-        try:
-            obj = json.loads(data)
-        except (ValueError, RecursionError):
-            raise MalformedStream(f"event is not JSON: {data[:80]!r}") from None
-        if not isinstance(obj, dict):
-            raise MalformedStream(f"event is not a JSON object: {data[:80]!r}")
-        if obj.get("error") is not None:
-            err = obj["error"]
-            msg = err.get("message") if isinstance(err, dict) else err
-            r.fail(f"server error in stream: {str(msg)[:200]}")
-            return
-        r.last_chunk_ns = t
-        choices = obj.get("choices")
-        if choices is not None:
-            if not isinstance(choices, list):
-                raise MalformedStream(f"'choices' is not a list: {data[:80]!r}")
-            if choices:
-                c0 = choices[0]
-                if not isinstance(c0, dict):
-                    raise MalformedStream(f"choice is not an object: {data[:80]!r}")
-                delta = c0.get("delta")
-                text = c0.get("text")
-                if isinstance(delta, dict):
-                    text = delta.get("content") or delta.get("reasoning_content") or text
-                if text:
-                    r.token_ns.append(t)
-                if c0.get("finish_reason"):
-                    r.finish_reason = str(c0["finish_reason"])
-        usage = obj.get("usage")
-        if isinstance(usage, dict):
-            if (n := _count(usage.get("completion_tokens"))) is not None:
-                r.output_tokens = n
-            if (n := _count(usage.get("prompt_tokens"))) is not None:
-                r.prompt_tokens = n
-        st = obj.get("server_timing")
-        if isinstance(st, dict):
-            parsed = {str(k): ms for k, v in st.items() if (ms := _duration_ms(v)) is not None}
-            if parsed:
-                r.server_timing = parsed
+        probe_events.on_event(r, data, t)
 
     # -- progress on stderr ----------------------------------------------------------------
     async def _progress(self) -> None:
@@ -433,6 +442,9 @@ class Prober:
         }
         self.recorder = Recorder(c.out, meta=meta, flush_interval_s=0.5).start()
         self.recorder.writer.sink("requests")  # declared: every request gets a row
+        if self.setup_connect is not None:  # an RTT sample of no request (request_id "")
+            self.recorder.guard(self.recorder.add_span, "client.connect", *self.setup_connect, request_id="",
+                                clock="client", where="probe trace")
 
     def _record(self, r: RequestResult) -> None:
         if self.recorder is not None:
@@ -455,23 +467,11 @@ async def _read_capped(resp: Any, limit: int) -> bytes:
     return b"".join(parts)[:limit]
 
 
-def _count(v: Any) -> int | None:
-    """A token count a server reported, when it fits the trace's int32 columns (else it is ignored:
-    a row with a value that does not fit would be lost)."""
-    if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 30:
-        return v
-    return None
-
-
-def _duration_ms(v: Any) -> float | None:
-    """A server-reported duration in ms when it is a number in [0, MAX_DURATION_MS], else None."""
-    if not isinstance(v, (int, float)) or isinstance(v, bool):
+def _rejected_field(r: RequestResult, optional: dict[str, Any]) -> str | None:
+    """The optional field a server's HTTP 400/422 names, when the request got nothing else."""
+    if r.http_status not in (400, 422) or not r.error or r.token_ns:
         return None
-    try:
-        ms = float(v)
-    except OverflowError:  # a JSON integer with hundreds of digits
-        return None
-    return ms if math.isfinite(ms) and 0 <= ms <= MAX_DURATION_MS else None
+    return next((k for k in optional if k in r.error), None)
 
 
 def _error_message(raw: bytes) -> str:

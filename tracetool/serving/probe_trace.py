@@ -2,7 +2,8 @@
 
 What is measured (client spans, receipt times, outcome) and what is placed by
 estimate (the server's reported durations, centred by the symmetric-delay
-assumption) are kept apart here, in one place.
+assumption when the server gave its total, else anchored at the first token's
+receipt) are kept apart here, in one place.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ def write_request(rec: Any, r: RequestResult) -> None:
         rec.add_span("client.connect", *r.connect, request_id=rid, clock="client")
     if r.tls:
         rec.add_span("client.tls", *r.tls, request_id=rid, clock="client")
+    if r.retry:
+        rec.add_span("client.retry", r.retry[0], max(r.retry[1], r.retry[0]), request_id=rid, clock="client")
     one_way = 0
     st = r.server_timing or {}
     server_ns = int(st["server"] * 1e6) if "server" in st else None
@@ -29,11 +32,16 @@ def write_request(rec: Any, r: RequestResult) -> None:
     if server_ns is not None and client_ns >= server_ns >= 0:
         one_way = (client_ns - server_ns) // 2
         _place_server_spans(rec, r, server_ns, one_way)
+    elif server_ns is None and r.start_ns:
+        _place_phases_only(rec, r)
+    prompt = r.prompt_tokens if r.prompt_tokens is not None else r.reported_prompt_tokens
     for i, t in enumerate(r.token_ns):
-        kv = r.prompt_tokens + i if r.prompt_tokens is not None else None
+        kv = prompt + i if prompt is not None else None
         rec.token(i, kv, t - one_way, client_recv_ns=t, request_id=rid)
-    outputs = r.output_tokens if r.output_tokens is not None else (len(r.token_ns) if r.reached else None)
-    rec.request_info(rid, prompt_tokens=r.prompt_tokens, output_tokens=outputs,
+    outputs = r.output_tokens if r.output_tokens is not None else r.reported_output_tokens
+    if outputs is None and r.reached:
+        outputs = len(r.token_ns)
+    rec.request_info(rid, prompt_tokens=prompt, output_tokens=outputs,
                      status="ok" if r.ok else "error", error=r.error, prompt_chars=r.prompt_chars)
 
 
@@ -64,3 +72,27 @@ def _place_server_spans(rec: Any, r: RequestResult, server_ns: int, one_way: int
     for n in after:
         rec.add_span(n, t, t + d[n], request_id=rid)
         t += d[n]
+
+
+def _place_phases_only(rec: Any, r: RequestResult) -> None:
+    """Phases a server reported without its total (llama.cpp ``timings``, vLLM ``metrics``): no
+    ``server.request``, so no one-way estimate either. Prefill (and queue before it) end, and decode
+    starts, at the first token's receipt; the durations are the server's, the placement assumes
+    no delay on the way back (the network is not measured for such a request)."""
+    rid = r.request_id
+    st = r.server_timing or {}
+    d = {n: max(0, int(st[n] * 1e6)) for n in _BEFORE_FIRST_TOKEN + _AFTER_FIRST_TOKEN if n in st}
+    if not d:
+        return
+    pre = sum(d[n] for n in _BEFORE_FIRST_TOKEN if n in d)
+    anchor = max(r.token_ns[0] if r.token_ns else r.start_ns + pre, r.start_ns + pre)
+    t = anchor - pre
+    for n in _BEFORE_FIRST_TOKEN:
+        if n in d:
+            rec.add_span(n, t, t + d[n], request_id=rid)
+            t += d[n]
+    t = anchor
+    for n in _AFTER_FIRST_TOKEN:
+        if n in d:
+            rec.add_span(n, t, t + d[n], request_id=rid)
+            t += d[n]

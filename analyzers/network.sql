@@ -1,0 +1,70 @@
+-- Module network: what a trace can say about the network, and on what basis.
+--
+-- Network time per request is measured only where a request has both a
+-- client.request and a server.request span (attribution.sql). A client-side
+-- trace (tracetool probe against a server that reports no total time) still
+-- holds evidence: each new connection's TCP handshake (client.connect span) is
+-- one round trip to whoever accepts the connection. A streamed request on an
+-- open connection costs about one round trip on the wire (the request out, the
+-- last byte back) plus transfer; a new connection adds one for TCP and one or
+-- two for TLS; TCP slow start adds a few for a body of some kilobytes. So
+--     1 RTT  <=  network per request  <=  network_bound_round_trips x RTT
+-- on the evidence, the upper bound resting on small bodies (token streams) and
+-- on the handshake reaching the same host the bytes go to: a proxy or load
+-- balancer that accepts the connection and then waits shows a short handshake
+-- and a long network time, which only server timing can reveal. The RTT is the
+-- median handshake (the minimum would understate a busy path).
+
+-- @table network_evidence
+-- One row: the basis of every network verdict and the client-only bound.
+-- @column basis: 'measured' (some successful request has client.request and server.request), 'tcp-connect' (no such request, but client.request and client.connect spans bound it), or 'none'.
+-- @column measured_requests: Successful requests whose network time is measured (count).
+-- @column client_requests: Successful requests with a client.request span (count).
+-- @column server_requests: Successful requests with a server.request span (count).
+-- @column connections: client.connect spans: TCP handshakes timed by the client (count).
+-- @column rtt_ms: Median TCP handshake, milliseconds: one round trip (null without client.connect spans).
+-- @column rtt_min_ms: Shortest TCP handshake, milliseconds.
+-- @column tls_ms: Median TLS handshake (client.tls), milliseconds; null without TLS.
+-- @column e2e_mean_ms: Mean e2e over successful requests, milliseconds.
+-- @column rtt_share: rtt_ms / e2e_mean_ms, 0..1: the least share network can hold.
+-- @column round_trips: Round trips the upper bound allows (threshold network_bound_round_trips, count).
+-- @column bound_ms: round_trips x rtt_ms, milliseconds: the most network time per request on this evidence.
+-- @column bound_share: bound_ms / e2e_mean_ms, 0..1.
+-- @column verdict: With basis 'tcp-connect': 'misdiagnosis' (bound_share below misdiagnosis_share), 'supported' (rtt_share at least supported_share), 'contributing' (rtt_share at least misdiagnosis_share and bound_share below supported_share), else null (the bounds straddle a threshold).
+CREATE OR REPLACE TEMP TABLE network_evidence AS
+WITH r AS (
+    SELECT
+        count(*) FILTER (WHERE network_ms IS NOT NULL) AS measured_requests,
+        count(*) FILTER (WHERE e2e_source = 'client') AS client_requests,
+        count(server_ms) AS server_requests,
+        avg(e2e_ms) AS e2e_mean_ms
+    FROM attribution_requests WHERE ok
+),
+c AS (
+    SELECT
+        count(*) FILTER (WHERE name = 'client.connect') AS connections,
+        median((end_ns - start_ns) / 1e6) FILTER (WHERE name = 'client.connect') AS rtt_ms,
+        min((end_ns - start_ns) / 1e6) FILTER (WHERE name = 'client.connect') AS rtt_min_ms,
+        median((end_ns - start_ns) / 1e6) FILTER (WHERE name = 'client.tls') AS tls_ms
+    FROM spans WHERE name IN ('client.connect', 'client.tls')
+),
+b AS (
+    SELECT r.*, c.*,
+        CASE WHEN r.measured_requests > 0 THEN 'measured'
+             WHEN r.client_requests > 0 AND c.connections > 0 THEN 'tcp-connect'
+             ELSE 'none' END AS basis,
+        c.rtt_ms / nullif(r.e2e_mean_ms, 0) AS rtt_share,
+        t.network_bound_round_trips AS round_trips,
+        t.network_bound_round_trips * c.rtt_ms AS bound_ms,
+        t.network_bound_round_trips * c.rtt_ms / nullif(r.e2e_mean_ms, 0) AS bound_share,
+        t.misdiagnosis_share AS _mis, t.supported_share AS _sup
+    FROM r, c, _thresholds AS t
+)
+SELECT basis, measured_requests, client_requests, server_requests, connections, rtt_ms, rtt_min_ms, tls_ms,
+    e2e_mean_ms, rtt_share, round_trips, bound_ms, bound_share,
+    CASE WHEN basis <> 'tcp-connect' OR rtt_share IS NULL THEN NULL
+         WHEN bound_share < _mis THEN 'misdiagnosis'
+         WHEN rtt_share >= _sup THEN 'supported'
+         WHEN rtt_share >= _mis AND bound_share < _sup THEN 'contributing'
+    END AS verdict
+FROM b;

