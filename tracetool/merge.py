@@ -10,7 +10,8 @@ what the server did, under the same request ids (the probe sends them as
   ``client.connect``, ...);
 * ``tokens.client_recv_ns`` filled from the client trace (see
   :func:`receipt_times`): the k-th content chunk ↔ token k when the counts
-  match, else each token gets the first chunk sent after it existed;
+  match, else each token gets the chunk sent nearest after it existed
+  (:func:`chunk_of_tokens`);
 * ``requests`` rows joined: the server's sizes, the client's outcome when the
   client saw an error the server did not;
 * for requests only the client knows (the server trace missed them), the
@@ -180,10 +181,9 @@ def receipt_times(client_tokens: pa.Table, server_tokens: pa.Table, offsets: pa.
     Per request: when the client received as many content chunks as the server
     made tokens, chunk k is token k. Otherwise (a token whose text was held
     back, e.g. half a UTF-8 character, arrives with a later chunk; an EOS
-    token sends no text) each token gets the receipt time of the first chunk
-    the server sent after the token existed, using the request's clock offset
-    and half its network time (symmetric delay) to put the chunk on the
-    server clock.
+    token sends no text) the chunks are put on the server clock with the
+    request's clock offset and half its network time (symmetric delay), and
+    :func:`chunk_of_tokens` says which chunk carried each token.
     """
     chunks: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for rid, idx, t in zip(client_tokens.column("request_id").to_pylist(),
@@ -213,9 +213,40 @@ def receipt_times(client_tokens: pa.Table, server_tokens: pa.Table, offsets: pa.
             continue
         theta, network = off[rid]
         sent = [t + theta - network // 2 for t in times]  # when the server sent each chunk (estimate)
-        for i in positions:
-            k = bisect.bisect_left(sent, emit[i])
-            out[i] = times[k] if k < len(times) else None
+        for i, k in zip(positions, chunk_of_tokens([emit[i] for i in positions], sent), strict=True):
+            out[i] = times[k] if k is not None else None
+    return out
+
+
+def chunk_of_tokens(emits: list[int], sent: list[int]) -> list[int | None]:
+    """Which chunk carried each token: ``emits`` of one request's tokens in index order,
+    ``sent`` its chunks' estimated send times on the same clock, in order.
+
+    A chunk leaves microseconds after the token that completes its text, but the estimate of
+    its send time is off by the clock-offset error (hundreds of us to ms, either way). "The
+    first chunk sent after the token" therefore moves a token onto the next chunk whenever the
+    estimate is early, one inter-token gap late (seen on every EOS-ended request of a real run).
+    Instead a token's chunk is the first one sent after the midpoint between the previous
+    token's emit (the previous distinct one: a speculative step emits several at once) and its
+    own: it tolerates an error of half an inter-token gap either way. A token whose text was held
+    back gets the next chunk; tokens after the last chunk (an EOS) get None.
+    """
+    out: list[int | None] = []
+    prev: int | None = None  # the latest emit before the current token's
+    cur: int | None = None
+    floor = 0  # chunks are in order: a token never maps before the previous token's chunk
+    for e in emits:
+        if cur is not None and e > cur:
+            prev = cur
+        if cur is None or e > cur:
+            cur = e
+        k = 0 if prev is None else bisect.bisect_left(sent, (prev + e) // 2)
+        k = max(k, floor)
+        if k >= len(sent):
+            out.append(None)
+            continue
+        floor = k
+        out.append(k)
     return out
 
 
