@@ -17,6 +17,9 @@ what the server did, under the same request ids (the probe sends them as
 * for requests only the client knows (the server trace missed them), the
   client trace's rows, its estimated server spans shifted onto the server
   clock by the median offset;
+* for requests the server made no token rows for (a middleware around a loop
+  that is not instrumented), the client's rows, one per content chunk, placed
+  on the server clock (:func:`_client_tokens`);
 * a ``clock_offsets`` table (an extra table of the format): per joined
   request, ``offset_ns`` = server clock − client clock, estimated as NTP does
   under the symmetric-delay assumption from the four timestamps of the
@@ -110,13 +113,16 @@ def merge_traces(client_path: str | Path, server_path: str | Path, out: str | Pa
     for name, t in server.tables.items():
         tables[name] = t
     tables["spans"] = _spans(client, server, client_only, median or 0)
-    tables["tokens"], with_recv = _tokens(client, server, client_only, median or 0, offsets)
+    tables["tokens"], with_recv, from_client = _tokens(client, server, median or 0, offsets)
     tables["requests"] = _requests(client, server)
     tables["clock_offsets"] = offsets
 
     meta = {k: v for k, v in server.meta.items() if k not in ("closed", "dropped_rows")}
     notes = list(server.meta.get("notes") or [])
     notes += [n for n in client.meta.get("notes") or [] if n not in notes]
+    if from_client:
+        notes.append(f"tokens of {from_client} request(s) are the client's content chunks (the server trace "
+                     "has no token rows for them): emit_ns is estimated from each chunk's receipt time")
     clocks = dict(server.meta.get("clocks") or {})
     if "client" in (client.meta.get("clocks") or {}):
         clocks["client"] = client.meta["clocks"]["client"]
@@ -155,8 +161,8 @@ def _spans(client: Trace, server: Trace, client_only: set[str], shift: int) -> p
     return pa.concat_tables(parts)
 
 
-def _tokens(client: Trace, server: Trace, client_only: set[str], shift: int,
-            offsets: pa.Table) -> tuple[pa.Table, int]:
+def _tokens(client: Trace, server: Trace, shift: int, offsets: pa.Table) -> tuple[pa.Table, int, int]:
+    """(tokens table, rows with a receipt time, requests whose rows are the client's)."""
     ct, st = client.table("tokens"), server.table("tokens")
     schema = TABLES["tokens"].arrow_schema
     st = st.select(schema.names).cast(schema)
@@ -164,15 +170,39 @@ def _tokens(client: Trace, server: Trace, client_only: set[str], shift: int,
         recv = receipt_times(ct, st, offsets)
         st = st.set_column(schema.get_field_index("client_recv_ns"), "client_recv_ns", pa.array(recv, pa.int64()))
     parts = [st]
-    if client_only and ct.num_rows:
-        extra = ct.filter(_in(ct.column("request_id"), client_only))
-        if extra.num_rows:
-            extra = extra.set_column(extra.schema.get_field_index("emit_ns"), "emit_ns",
-                                     pc.add(extra.column("emit_ns"), shift))
-            parts.append(extra.select(schema.names).cast(schema))
+    # requests the server made no token rows for: a server the middleware wraps but whose loop is
+    # not instrumented, or requests its trace missed. The client's chunks are all there is.
+    bare = set(pc.unique(ct.column("request_id")).to_pylist()) - set(pc.unique(st.column("request_id")).to_pylist())
+    bare.discard(None)
+    if bare:
+        parts.append(_client_tokens(ct.filter(_in(ct.column("request_id"), bare)), offsets, shift))
     out = pa.concat_tables(parts)
     with_recv = out.num_rows - out.column("client_recv_ns").null_count
-    return out, with_recv
+    return out, with_recv, len(bare)
+
+
+def _client_tokens(ct: pa.Table, offsets: pa.Table, shift: int) -> pa.Table:
+    """Client token rows (one per content chunk) on the server clock.
+
+    ``emit_ns`` becomes when the server sent the chunk, estimated as :func:`receipt_times`
+    places chunks: the receipt time plus the request's clock offset less half its network
+    time. A request without an offset (no ``server.request`` on one side) keeps the client's
+    own estimate, shifted by the median offset. ``client_recv_ns`` stays as measured.
+    """
+    schema = TABLES["tokens"].arrow_schema
+    off = {r: (o, n) for r, o, n in zip(offsets.column("request_id").to_pylist(),
+                                        offsets.column("offset_ns").to_pylist(),
+                                        offsets.column("network_ns").to_pylist(), strict=True)}
+    emit = []
+    for rid, e, t in zip(ct.column("request_id").to_pylist(), ct.column("emit_ns").to_pylist(),
+                         ct.column("client_recv_ns").to_pylist(), strict=True):
+        if rid in off and t is not None:
+            theta, network = off[rid]
+            emit.append(t + theta - network // 2)
+        else:
+            emit.append(e + shift)
+    ct = ct.set_column(ct.schema.get_field_index("emit_ns"), "emit_ns", pa.array(emit, pa.int64()))
+    return ct.select(schema.names).cast(schema)
 
 
 def receipt_times(client_tokens: pa.Table, server_tokens: pa.Table, offsets: pa.Table) -> list[int | None]:

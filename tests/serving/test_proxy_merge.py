@@ -78,8 +78,8 @@ def _server(tmp: Path, tokens_r1: int) -> Path:
                          ("r1", "decode", base + 30 * MS, base + 60 * MS, "server"),
                          ("r3", "server.request", base, base + 1 * MS, "server")])
     emits = [base + 30 * MS, base + 45 * MS, base + 60 * MS][:tokens_r1]
-    tokens = pa.table({"request_id": ["r1"] * tokens_r1, "index": pa.array(range(tokens_r1), pa.int32()),
-                       "emit_ns": emits})
+    tokens = pa.table({"request_id": pa.array(["r1"] * tokens_r1, pa.string()),
+                       "index": pa.array(range(tokens_r1), pa.int32()), "emit_ns": pa.array(emits, pa.int64())})
     requests = pa.table({"request_id": ["r1"], "prompt_tokens": pa.array([7], pa.int32()), "status": ["ok"]})
     return make_trace(tmp / "server", {"spans": spans, "tokens": tokens, "requests": requests},
                       {"model": {"name": "m"}})
@@ -177,3 +177,19 @@ def test_merge_gives_eos_ended_requests_the_receipt_of_their_own_chunk(tmp_path:
         c0 = i * 10_000 * MS
         expected = [c0 + x for x in r["recv"]] + [None]  # the EOS token: no chunk carried it
         assert [got[rid][k] for k in range(len(r["emit"]))] == expected, rid
+
+
+def test_merge_takes_the_client_tokens_of_requests_the_server_made_none_for(tmp_path: Path) -> None:
+    """A middleware-only server trace (no token rows): r1's chunks are the joined trace's tokens,
+    placed on the server clock at their estimated send time (receipt + offset - network / 2)."""
+    server = _server(tmp_path, 0)
+    merge_traces(_client(tmp_path), server, tmp_path / "out")
+    t = open_trace(tmp_path / "out")
+    base = 1000_000 * MS
+    offset = ((base + 4 * MS) + (base + 94 * MS - 100 * MS)) // 2
+    rows = {(r["request_id"], r["index"]): (r["emit_ns"], r["client_recv_ns"]) for r in t.table("tokens").to_pylist()}
+    assert rows[("r1", 0)] == (40 * MS + offset - 5 * MS, 40 * MS)
+    assert rows[("r1", 1)] == (70 * MS + offset - 5 * MS, 70 * MS)
+    assert rows[("r2", 0)] == (20 * MS + offset, 25 * MS)  # client-only: its own estimate, median shift
+    assert len(rows) == 3
+    assert any("client's content chunks" in n for n in t.meta["notes"])
