@@ -32,9 +32,11 @@ SELECT * FROM (VALUES
     (8, 'pipeline-dominant', 'warning', 'Pre- and post-processing dominate',
         'preprocess plus postprocess hold at least supported_share of e2e, or one is the bottleneck'),
     (9, 'tokenizer-pathological', 'warning', 'The tokenizer is pathologically slow',
-        'tokenize holds at least misdiagnosis_share of e2e or costs at least tokenizer_us_per_token per prompt token'),
+        'tokenize holds at least misdiagnosis_share of e2e, or costs at least tokenizer_us_per_token per prompt token '
+        || 'over the requests whose prompts have at least tokenizer_min_prompt_tokens tokens'),
     (10, 'tokenizer-negligible', 'info', 'Tokenizer overhead is negligible',
-        'tokenize is measured, holds less than misdiagnosis_share and costs less than tokenizer_us_per_token'),
+        'tokenize is measured, holds less than misdiagnosis_share and costs less than tokenizer_us_per_token '
+        || 'per prompt token over prompts of at least tokenizer_min_prompt_tokens tokens (or there are none)'),
     (11, 'decode-dominant', 'info', 'Decode dominates latency',
         'decode is the bottleneck'),
     (12, 'throughput-conflation', 'info', 'Aggregate throughput is not per-request speed',
@@ -139,15 +141,29 @@ WITH f AS (
             THEN coalesce('preprocess ' || _ms(s.preprocess_ms) || ' + postprocess ' || _ms(s.postprocess_ms) || ' per request = '
                 || _pct(coalesce(s.preprocess_share, 0) + coalesce(s.postprocess_share, 0))
                 || ' of e2e: retrieval, reranking or guardrails outside the model', '') END},
+    -- the per-token rate that can call a tokenizer slow is taken over long prompts only (k): over a
+    -- few tokens, a fast tokenizer's fixed cost per call divided by the count reads as hundreds of us
     {'id': 'tokenizer-pathological', 'detail': CASE WHEN s.tokenize_share IS NOT NULL AND (s.tokenize_share >= t.misdiagnosis_share
-            OR s.tokenize_us_per_token >= t.tokenizer_us_per_token)
-            THEN coalesce('tokenize ' || _ms(s.tokenize_ms) || ' per request = ' || _pct(s.tokenize_share) || ' of e2e, '
-                || _f(s.tokenize_us_per_token, 1) || ' us per prompt token (fast tokenizers: about 1 us): '
-                || 'a pure-Python tokenizer, huge inputs or a catastrophic regex', '') END},
-    {'id': 'tokenizer-negligible', 'detail': CASE WHEN s.tokenize_share < t.misdiagnosis_share
-            AND coalesce(s.tokenize_us_per_token < t.tokenizer_us_per_token, true)
+            OR k.us_per_token >= t.tokenizer_us_per_token)
             THEN coalesce('tokenize ' || _ms(s.tokenize_ms) || ' per request = ' || _pct(s.tokenize_share) || ' of e2e'
-                || coalesce(' (' || _f(s.tokenize_us_per_token, 2) || ' us per prompt token)', ''), '') END},
+                -- (_f and _n print '-' for null: test for null before formatting)
+                || CASE WHEN k.us_per_token IS NOT NULL THEN ', ' || _f(k.us_per_token, 1) || ' us per prompt token over '
+                        || _n(k.n) || ' requests with prompts of ' || _n(t.tokenizer_min_prompt_tokens) || '+ tokens'
+                    WHEN s.tokenize_us_per_token IS NOT NULL THEN ', ' || _f(s.tokenize_us_per_token, 1)
+                        || ' us per prompt token'
+                    ELSE '' END
+                || ' (fast tokenizers: about 1 us): a pure-Python tokenizer, huge inputs or a catastrophic regex', '') END},
+    {'id': 'tokenizer-negligible', 'detail': CASE WHEN s.tokenize_share < t.misdiagnosis_share
+            AND coalesce(k.us_per_token < t.tokenizer_us_per_token, true)
+            THEN coalesce('tokenize ' || _ms(s.tokenize_ms) || ' per request = ' || _pct(s.tokenize_share) || ' of e2e'
+                || coalesce(' (' || _f(s.tokenize_us_per_token, 2) || ' us per prompt token'
+                    || CASE WHEN s.tokenize_us_per_token < t.tokenizer_us_per_token THEN ''
+                        WHEN k.us_per_token IS NULL THEN '; prompts average ' || _f(s.prompt_tokens_mean, 1)
+                            || ' tokens, so that is the fixed cost of a call spread over a few tokens, '
+                            || 'not a slow tokenizer'
+                        ELSE '; ' || _f(k.us_per_token, 2) || ' us over prompts of ' || _n(t.tokenizer_min_prompt_tokens)
+                            || '+ tokens: the rest is the fixed cost of a call on short prompts' END
+                    || ')', ''), '') END},
     {'id': 'decode-dominant', 'detail': CASE WHEN s.bottleneck = 'decode'
             THEN coalesce('decode ' || _ms(s.decode_ms) || ' per request = ' || _pct(s.decode_share) || ' of e2e: '
                 || _n(s.output_tokens_mean) || ' output tokens at ' || _ms(s.itl_mean_ms) || ' ITL. Levers: '
@@ -230,7 +246,10 @@ WITH f AS (
     ], recursive := true)
     FROM summary_numbers AS s, _thresholds AS t, network_evidence AS ne,
         (SELECT count(*) AS n, median((end_ns - start_ns) / 1e6) AS p50_ms
-         FROM spans WHERE name = 'client.connect') AS c
+         FROM spans WHERE name = 'client.connect') AS c,
+        (SELECT count(*) AS n, sum(r.tokenize_ms) * 1000 / nullif(sum(r.prompt_tokens), 0) AS us_per_token
+         FROM attribution_requests AS r, _thresholds AS tk
+         WHERE r.ok AND r.tokenize_ms IS NOT NULL AND r.prompt_tokens >= tk.tokenizer_min_prompt_tokens) AS k
 )
 SELECT c.ordinal, f.id, c.severity, c.title, f.detail
 FROM f JOIN findings_catalogue AS c USING (id)

@@ -40,6 +40,9 @@ class Thresholds:
     slow_network_ms: float = 100
     #: Tokenize cost per prompt token at or above this (microseconds): pathological tokenizer (fast ones ~1 us).
     tokenizer_us_per_token: float = 50
+    #: The per-token rate counts only prompts of at least this many tokens: over fewer, a fast
+    #: tokenizer's fixed cost per call (0.1-1 ms) divided by the count looks like a slow tokenizer.
+    tokenizer_min_prompt_tokens: float = 100
     #: Queue share of TTFT at or above this: overload (queueing dominates TTFT).
     queue_ttft_share: float = 0.5
     #: Host time between steps as a share of ITL at or above this: host overhead finding.

@@ -25,6 +25,10 @@ runs. Per HTTP request it:
   worker) gets the handle passed explicitly and records on the same id;
 * records a ``server.request`` span from the call (headers received) to the
   return of the ``send`` of the last body byte;
+* closes the Recorder when the server shuts down (the ASGI lifespan's
+  shutdown, after the app's own), so the trace ends ``"closed": true`` under
+  uvicorn, which re-raises SIGTERM after its shutdown and so ends the process
+  before a ``finally: rec.close()`` runs (``close_recorder=False`` to keep it);
 * reports the server's own timing to the client, in milliseconds: a W3C
   ``Server-Timing`` header (``server;dur=…, queue;dur=…, tokenize;dur=…,
   prefill;dur=…, decode;dur=…, detokenize;dur=…``) on responses that are not
@@ -140,6 +144,11 @@ class TracetoolMiddleware:
     Args:
         app: the ASGI app to wrap.
         recorder: a started :class:`~collectors.recorder.Recorder`.
+        close_recorder: close ``recorder`` when the server shuts down (ASGI lifespan), once the
+            app has finished its own shutdown. uvicorn re-raises SIGTERM after its shutdown,
+            which ends the process before a ``finally: rec.close()`` around ``uvicorn.run`` can
+            run; the lifespan shutdown comes before that (after open requests have finished).
+            False when the recorder outlives the server (``tracetool serve`` closes its own).
         server_timing: send the ``Server-Timing`` header / final SSE field.
         sse_field: name of the field in the final SSE event (None: no field).
         echo_request_id: set ``X-Request-ID`` on responses that do not carry one.
@@ -147,17 +156,21 @@ class TracetoolMiddleware:
             they are not inference requests and would only dilute the statistics).
     """
 
-    def __init__(self, app: ASGIApp, recorder: Recorder, *, server_timing: bool = True,
-                 sse_field: str | None = SSE_FIELD, echo_request_id: bool = True,
+    def __init__(self, app: ASGIApp, recorder: Recorder, *, close_recorder: bool = True,
+                 server_timing: bool = True, sse_field: str | None = SSE_FIELD, echo_request_id: bool = True,
                  skip_paths: Iterable[str] = SKIP_PATHS) -> None:
         self.app = app
         self.recorder = recorder
+        self.close_recorder = close_recorder
         self.server_timing = server_timing
         self.sse_field = sse_field
         self.echo_request_id = echo_request_id
         self.skip_paths = frozenset(skip_paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("type") == "lifespan" and self.close_recorder:
+            await self.app(scope, receive, self._lifespan_send(send))
+            return
         if scope.get("type") != "http" or scope.get("path") in self.skip_paths:
             await self.app(scope, receive, send)
             return
@@ -176,6 +189,18 @@ class TracetoolMiddleware:
                 raise
             finally:
                 exchange.end()
+
+
+    def _lifespan_send(self, send: Send) -> Send:
+        """``send`` of the lifespan scope: the recorder is closed when the app reports its
+        shutdown done (or failed), before the server hears of it and the process may end."""
+        async def wrapped(msg: Message) -> None:
+            if msg.get("type") in ("lifespan.shutdown.complete", "lifespan.shutdown.failed"):
+                # on the event loop, on purpose: nothing is served any more, and a thread hop
+                # would tie this pure-ASGI middleware to asyncio (trio servers run it too)
+                self.recorder.guard(self.recorder.close, where="asgi middleware shutdown")
+            await send(msg)
+        return wrapped
 
 
 class _Exchange:

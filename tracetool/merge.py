@@ -10,12 +10,16 @@ what the server did, under the same request ids (the probe sends them as
   ``client.connect``, ...);
 * ``tokens.client_recv_ns`` filled from the client trace (see
   :func:`receipt_times`): the k-th content chunk ↔ token k when the counts
-  match, else each token gets the first chunk sent after it existed;
+  match, else each token gets the chunk sent nearest after it existed
+  (:func:`chunk_of_tokens`);
 * ``requests`` rows joined: the server's sizes, the client's outcome when the
   client saw an error the server did not;
 * for requests only the client knows (the server trace missed them), the
   client trace's rows, its estimated server spans shifted onto the server
   clock by the median offset;
+* for requests the server made no token rows for (a middleware around a loop
+  that is not instrumented), the client's rows, one per content chunk, placed
+  on the server clock (:func:`_client_tokens`);
 * a ``clock_offsets`` table (an extra table of the format): per joined
   request, ``offset_ns`` = server clock − client clock, estimated as NTP does
   under the symmetric-delay assumption from the four timestamps of the
@@ -115,13 +119,16 @@ def merge_traces(client_path: str | Path, server_path: str | Path, out: str | Pa
     for name, t in server.tables.items():
         tables[name] = t
     tables["spans"] = _spans(client, server, client_only, median or 0)
-    tables["tokens"], with_recv = _tokens(client, server, client_only, median or 0, offsets)
+    tables["tokens"], with_recv, from_client = _tokens(client, server, median or 0, offsets)
     tables["requests"] = _requests(client, server)
     tables["clock_offsets"] = offsets
 
     meta = {k: v for k, v in server.meta.items() if k not in ("closed", "dropped_rows")}
     notes = list(server.meta.get("notes") or [])
     notes += [n for n in client.meta.get("notes") or [] if n not in notes]
+    if from_client:
+        notes.append(f"tokens of {from_client} request(s) are the client's content chunks (the server trace "
+                     "has no token rows for them): emit_ns is estimated from each chunk's receipt time")
     clocks = dict(server.meta.get("clocks") or {})
     if "client" in (client.meta.get("clocks") or {}):
         clocks["client"] = client.meta["clocks"]["client"]
@@ -161,8 +168,8 @@ def _spans(client: Trace, server: Trace, client_only: set[str], shift: int) -> p
     return pa.concat_tables(parts)
 
 
-def _tokens(client: Trace, server: Trace, client_only: set[str], shift: int,
-            offsets: pa.Table) -> tuple[pa.Table, int]:
+def _tokens(client: Trace, server: Trace, shift: int, offsets: pa.Table) -> tuple[pa.Table, int, int]:
+    """(tokens table, rows with a receipt time, requests whose rows are the client's)."""
     ct, st = client.table("tokens"), server.table("tokens")
     schema = TABLES["tokens"].arrow_schema
     st = st.select(schema.names).cast(schema)
@@ -170,19 +177,39 @@ def _tokens(client: Trace, server: Trace, client_only: set[str], shift: int,
         recv = receipt_times(ct, st, offsets)
         st = st.set_column(schema.get_field_index("client_recv_ns"), "client_recv_ns", pa.array(recv, pa.int64()))
     parts = [st]
-    # joined requests whose server trace has no token rows (a server that publishes spans only, read by
-    # tracetool receive) keep the client's rows too, placed like those of client-only requests
-    borrowed = set(offsets.column("request_id").to_pylist()) - set(pc.unique(st.column("request_id")).to_pylist())
-    client_only = client_only | borrowed
-    if client_only and ct.num_rows:
-        extra = ct.filter(_in(ct.column("request_id"), client_only))
-        if extra.num_rows:
-            extra = extra.set_column(extra.schema.get_field_index("emit_ns"), "emit_ns",
-                                     pc.add(extra.column("emit_ns"), shift))
-            parts.append(extra.select(schema.names).cast(schema))
+    # requests the server made no token rows for: a server the middleware wraps but whose loop is
+    # not instrumented, or requests its trace missed. The client's chunks are all there is.
+    bare = set(pc.unique(ct.column("request_id")).to_pylist()) - set(pc.unique(st.column("request_id")).to_pylist())
+    bare.discard(None)
+    if bare:
+        parts.append(_client_tokens(ct.filter(_in(ct.column("request_id"), bare)), offsets, shift))
     out = pa.concat_tables(parts)
     with_recv = out.num_rows - out.column("client_recv_ns").null_count
-    return out, with_recv
+    return out, with_recv, len(bare)
+
+
+def _client_tokens(ct: pa.Table, offsets: pa.Table, shift: int) -> pa.Table:
+    """Client token rows (one per content chunk) on the server clock.
+
+    ``emit_ns`` becomes when the server sent the chunk, estimated as :func:`receipt_times`
+    places chunks: the receipt time plus the request's clock offset less half its network
+    time. A request without an offset (no ``server.request`` on one side) keeps the client's
+    own estimate, shifted by the median offset. ``client_recv_ns`` stays as measured.
+    """
+    schema = TABLES["tokens"].arrow_schema
+    off = {r: (o, n) for r, o, n in zip(offsets.column("request_id").to_pylist(),
+                                        offsets.column("offset_ns").to_pylist(),
+                                        offsets.column("network_ns").to_pylist(), strict=True)}
+    emit = []
+    for rid, e, t in zip(ct.column("request_id").to_pylist(), ct.column("emit_ns").to_pylist(),
+                         ct.column("client_recv_ns").to_pylist(), strict=True):
+        if rid in off and t is not None:
+            theta, network = off[rid]
+            emit.append(t + theta - network // 2)
+        else:
+            emit.append(e + shift)
+    ct = ct.set_column(ct.schema.get_field_index("emit_ns"), "emit_ns", pa.array(emit, pa.int64()))
+    return ct.select(schema.names).cast(schema)
 
 
 def receipt_times(client_tokens: pa.Table, server_tokens: pa.Table, offsets: pa.Table) -> list[int | None]:
@@ -191,10 +218,9 @@ def receipt_times(client_tokens: pa.Table, server_tokens: pa.Table, offsets: pa.
     Per request: when the client received as many content chunks as the server
     made tokens, chunk k is token k. Otherwise (a token whose text was held
     back, e.g. half a UTF-8 character, arrives with a later chunk; an EOS
-    token sends no text) each token gets the receipt time of the first chunk
-    the server sent after the token existed, using the request's clock offset
-    and half its network time (symmetric delay) to put the chunk on the
-    server clock.
+    token sends no text) the chunks are put on the server clock with the
+    request's clock offset and half its network time (symmetric delay), and
+    :func:`chunk_of_tokens` says which chunk carried each token.
     """
     chunks: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for rid, idx, t in zip(client_tokens.column("request_id").to_pylist(),
@@ -224,9 +250,40 @@ def receipt_times(client_tokens: pa.Table, server_tokens: pa.Table, offsets: pa.
             continue
         theta, network = off[rid]
         sent = [t + theta - network // 2 for t in times]  # when the server sent each chunk (estimate)
-        for i in positions:
-            k = bisect.bisect_left(sent, emit[i])
-            out[i] = times[k] if k < len(times) else None
+        for i, k in zip(positions, chunk_of_tokens([emit[i] for i in positions], sent), strict=True):
+            out[i] = times[k] if k is not None else None
+    return out
+
+
+def chunk_of_tokens(emits: list[int], sent: list[int]) -> list[int | None]:
+    """Which chunk carried each token: ``emits`` of one request's tokens in index order,
+    ``sent`` its chunks' estimated send times on the same clock, in order.
+
+    A chunk leaves microseconds after the token that completes its text, but the estimate of
+    its send time is off by the clock-offset error (hundreds of us to ms, either way). "The
+    first chunk sent after the token" therefore moves a token onto the next chunk whenever the
+    estimate is early, one inter-token gap late (seen on every EOS-ended request of a real run).
+    Instead a token's chunk is the first one sent after the midpoint between the previous
+    token's emit (the previous distinct one: a speculative step emits several at once) and its
+    own: it tolerates an error of half an inter-token gap either way. A token whose text was held
+    back gets the next chunk; tokens after the last chunk (an EOS) get None.
+    """
+    out: list[int | None] = []
+    prev: int | None = None  # the latest emit before the current token's
+    cur: int | None = None
+    floor = 0  # chunks are in order: a token never maps before the previous token's chunk
+    for e in emits:
+        if cur is not None and e > cur:
+            prev = cur
+        if cur is None or e > cur:
+            cur = e
+        k = 0 if prev is None else bisect.bisect_left(sent, (prev + e) // 2)
+        k = max(k, floor)
+        if k >= len(sent):
+            out.append(None)
+            continue
+        floor = k
+        out.append(k)
     return out
 
 

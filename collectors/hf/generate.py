@@ -52,6 +52,8 @@ class _Last:
     out_ptr: int = 0
     row_bytes: int = 0
     rows: int = 0
+    #: ids generate pads a finished row with (pad_token_id, and the EOS ids it falls back on)
+    pad_ids: frozenset[int] = frozenset()
 
 
 class _Tracker:
@@ -179,6 +181,22 @@ def _eos_ids(model: Any, kwargs: dict[str, Any]) -> set[int]:
     if hasattr(eos, "tolist"):
         eos = eos.tolist()
     return {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])}
+
+
+def _pad_ids(model: Any, kwargs: dict[str, Any]) -> set[int]:
+    """The id generate fills finished rows with (none when unknown: it then pads with an EOS id)."""
+    pad: Any = kwargs.get("pad_token_id")
+    gc = kwargs.get("generation_config")
+    if pad is None and gc is not None:
+        pad = getattr(gc, "pad_token_id", None)
+    if pad is None:
+        pad = getattr(getattr(model, "generation_config", None), "pad_token_id", None)
+    if hasattr(pad, "tolist"):
+        pad = pad.tolist()
+    try:
+        return {int(p) for p in (pad if isinstance(pad, (list, tuple)) else [pad]) if p is not None}
+    except (TypeError, ValueError):
+        return set()
 
 
 def _num_beams(model: Any, kwargs: dict[str, Any]) -> int:
@@ -324,6 +342,7 @@ def _record(tr: _Tracker, th: dict[str, Any], hooks: Any, model: Any, args: tupl
             for r in range(batch):
                 rows[r].append((t, None))
     eos = _eos_ids(model, kwargs)
+    last.pad_ids = frozenset(eos | _pad_ids(model, kwargs))
     # encoder-decoder: the decoder attends over its own outputs, not the prompt; the convention does not apply
     enc_dec = bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
     cols: dict[str, list[Any]] = {k: [] for k in ("request_id", "index", "emit_ns", "kv_len", "step_start_ns",

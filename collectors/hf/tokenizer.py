@@ -65,9 +65,23 @@ def _decode_rows(last: _Last, arg: Any) -> list[int]:
     if isinstance(arg, (list, tuple)):
         seq = list(arg)
         for r, gen in enumerate(last.generated):
-            if gen and len(seq) >= len(gen) and seq[-len(gen):] == gen:
+            if gen and _ends_with(seq, gen, last.pad_ids):
                 return [r]
     return []
+
+
+def _ends_with(seq: list[Any], gen: list[int], pads: frozenset[int]) -> bool:
+    """``seq`` ends with ``gen``, allowing the pads generate puts after a row that stopped on EOS
+    (a batch row decoded from ``.tolist()``). The pad id may be the EOS id itself (SmolLM2's is):
+    the pads are stripped one at a time, trying the match before each, so ``gen``'s own EOS stays."""
+    k, n = len(seq), len(gen)
+    while k >= n:
+        if seq[k - n:k] == gen:
+            return True
+        if seq[k - 1] not in pads:
+            return False
+        k -= 1
+    return False
 
 
 def _on_detokenize(rec: Recorder, start: int, end: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

@@ -124,6 +124,42 @@ def test_pathological_tokenizer(tmp_path: Path) -> None:
     assert "375.0 us per prompt token" in detail
 
 
+def test_short_prompts_do_not_make_a_fast_tokenizer_pathological(tmp_path: Path) -> None:
+    """Measured on SmolLM2-135M under `tracetool serve` (/v1/completions, prompts of 1-4 tokens):
+    a fast tokenizer's 0.29 ms per call is 167 us per prompt token, 0.014 % of e2e. The rate is
+    the call's fixed cost divided by a tiny count, not a slow tokenizer: no warning."""
+    reqs = [Req(start=i * 700, network=16.5, tokenize=0.29, queue=139, prefill=97, output=16, itl=122.4,
+                prompt=1 + i % 4) for i in range(12)]
+    doc = run(scenario(tmp_path / "short", reqs))
+    assert "tokenizer-pathological" not in findings(doc)
+    assert "tokenizer-negligible" in findings(doc)
+    assert verdicts(doc)["tokenizer"] == "misdiagnosis"
+    detail = _detail(doc, "tokenizer-negligible")
+    assert "116.00 us per prompt token; prompts average 2.5 tokens" in detail
+    assert "fixed cost of a call" in detail
+
+
+def test_slow_tokenizer_on_huge_prompts_fires_on_its_per_token_cost(tmp_path: Path) -> None:
+    """100k-token prompts through a tokenizer at 60 us per token (6 s each) before 2,000-token
+    answers: 7.7 % of e2e, under misdiagnosis_share, but over enough tokens to be the tokenizer's
+    own per-token cost."""
+    reqs = [Req(start=i * 80_000, network=20, tokenize=6000, prefill=6000, output=2000, itl=33,
+                prompt=100_000) for i in range(3)]
+    doc = run(scenario(tmp_path / "huge-slow", reqs))
+    assert doc["components"]["tokenize"]["share"] < doc["thresholds"]["misdiagnosis_share"]
+    assert "tokenizer-pathological" in findings(doc) and "tokenizer-negligible" not in findings(doc)
+    assert "60.0 us per prompt token over 3 requests with prompts of 100+ tokens" in _detail(
+        doc, "tokenizer-pathological")
+
+
+def test_short_prompts_through_a_slow_tokenizer_fire_on_its_share(tmp_path: Path) -> None:
+    """Short prompts, but the tokenizer takes 40 ms of a 150 ms request: that matters."""
+    reqs = [Req(start=i * 500, network=5, tokenize=40, prefill=20, output=5, itl=20, prompt=8)
+            for i in range(6)]
+    doc = run(scenario(tmp_path / "short-slow", reqs))
+    assert "tokenizer-pathological" in findings(doc) and "tokenizer-negligible" not in findings(doc)
+
+
 def test_overload_flips_to_queueing(tmp_path: Path) -> None:
     """An overloaded server: 5 s in the queue before a 2 s generation."""
     reqs = [Req(start=i * 100, network=5, queue=5000, prefill=100, output=100, itl=20) for i in range(10)]

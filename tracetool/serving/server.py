@@ -233,4 +233,5 @@ def build_app(state: ServerState) -> Any:
         Route("/health", health, methods=["GET"]),
     ], exception_handlers={HTTPException: _http_error, Exception: _server_error})
     app.state.tracetool = state
-    return TracetoolMiddleware(app, recorder=state.recorder)
+    # the runner closes the recorder itself, after the engine has ended its requests
+    return TracetoolMiddleware(app, recorder=state.recorder, close_recorder=False)
