@@ -14,5 +14,4 @@ from setuptools import Extension, setup
 
 setup(ext_modules=[
     Extension("collectors.torch_hooks._cstep", ["collectors/torch_hooks/_cstep.c"], optional=True),
-    Extension("tracetool._cpack", ["tracetool/_cpack.c"], optional=True),
 ])

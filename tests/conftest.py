@@ -47,19 +47,6 @@ def step_slot(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     return str(request.param)
 
 
-@pytest.fixture(params=["c", "numpy"])
-def batch_packer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run a test with each way the writer turns a table's pending rows into a record batch: the C
-    packer (tracetool/_cpack.c, built at install where a compiler is) and the numpy path."""
-    import tracetool.writer as writer
-
-    if request.param == "numpy":
-        monkeypatch.setattr(writer, "_cpack", None)
-    elif writer._cpack is None:  # tests/unit/test_cpack.py fails when a compiler is here and it was not built
-        pytest.skip("the C batch packer is not built here (no C compiler at install, or TRACETOOL_PURE_PYTHON)")
-    return str(request.param)
-
-
 def write_table(path: Path, table: pa.Table, kind: str) -> None:
     """Write ``table`` as an Arrow IPC stream (arrows), IPC file (arrow) or Parquet."""
     if kind == "parquet":

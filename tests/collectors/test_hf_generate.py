@@ -116,7 +116,7 @@ def test_faults_in_the_writer_do_not_break_generation(hf: Any, recorder: Any, mo
     def disk_full(self: Any, batch: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(writer._StreamFile, "write_batch", disk_full)
+    monkeypatch.setattr(writer.StreamFile, "write_batch", disk_full)
     monkeypatch.setattr(rec, "tokens", lambda cols: (_ for _ in ()).throw(RuntimeError("sink bug")))
     out = traced_generate(model, rec, **enc, max_new_tokens=6, min_new_tokens=6, do_sample=False)
     torch.testing.assert_close(out, ref)

@@ -25,7 +25,7 @@ ROWS = {
 }
 
 
-def test_every_table_round_trips(tmp_path: Path, batch_packer: str) -> None:
+def test_every_table_round_trips(tmp_path: Path) -> None:
     assert set(ROWS) == set(TABLES), "add rows for every table of the format"
     with TraceWriter(tmp_path, meta={"model": {"name": "m", "layers": 2}}) as w:
         for name, rows in ROWS.items():
@@ -94,7 +94,7 @@ def test_rotation_into_segments_reads_as_one_table(tmp_path: Path) -> None:
     assert sorted(t.column("index").to_pylist()) == list(range(2_000))
 
 
-def test_full_buffer_drops_and_counts_without_blocking(tmp_path: Path, batch_packer: str) -> None:
+def test_full_buffer_drops_and_counts_without_blocking(tmp_path: Path) -> None:
     w = TraceWriter(tmp_path, max_pending_rows=100, flush_interval_s=3600, flush_rows=10**9).start()
     s = w.sink("tokens")
     for i in range(250):
@@ -105,7 +105,7 @@ def test_full_buffer_drops_and_counts_without_blocking(tmp_path: Path, batch_pac
     assert open_trace(tmp_path).rows("tokens") == 100
 
 
-def test_out_of_range_int32_becomes_null_not_wrapped(tmp_path: Path, batch_packer: str) -> None:
+def test_out_of_range_int32_becomes_null_not_wrapped(tmp_path: Path) -> None:
     with TraceWriter(tmp_path) as w:
         w.sink("tokens").append(("r", 0, 1, 2**40, None, None, None, None, None))
     assert open_trace(tmp_path).table("tokens").column("kv_len").to_pylist() == [None]
@@ -125,7 +125,7 @@ def test_tables_register_in_duckdb_without_copies(tmp_path: Path) -> None:
     assert con.execute("select count(*) from gpu").fetchone() == (0,), "unrecorded tables are empty, not missing"
 
 
-def test_small_batches_uncompressed_large_ones_lz4_in_one_stream(tmp_path: Path, batch_packer: str) -> None:
+def test_small_batches_uncompressed_large_ones_lz4_in_one_stream(tmp_path: Path) -> None:
     """Small flushes (a live recording's) skip LZ4's per-buffer cost; big ones compress; one stream."""
     from tracetool.writer import COMPRESS_MIN_ROWS
 
