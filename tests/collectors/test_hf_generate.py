@@ -12,9 +12,6 @@ import torch
 from collectors.hf import instrument_hf, traced_generate, unwrap_generate, wrap_tokenizer
 from collectors.torch_hooks import uninstrument
 
-#: every test here runs with the C timing slot and with the Python one
-pytestmark = pytest.mark.usefixtures("step_slot")
-
 PROMPTS = ["The keeper wrote the time", "Bread"]
 
 
