@@ -168,6 +168,10 @@ class HookHandle:
         ``kv_len`` defaults to the step's kv_len (right for batch 1). On CUDA a step
         not yet resolved gives null step times; the ``step_id`` still ties the row.
         """
+        raw = self._last if step is None else None
+        if raw is not None and len(raw) == 7:  # this module's last CPU step: no Step object per token
+            request.token(index, raw[5] if kv_len is None else kv_len, emit_ns, raw[1], raw[2], raw[3], raw[0])
+            return
         s = step or self.last
         if s is None:
             request.token(index, NULL if kv_len is None else kv_len, emit_ns)
@@ -266,10 +270,9 @@ def _none() -> None:
     return None
 
 
-def _timing_function(h: HookHandle, call: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any],
-                     untimed: Callable[..., Any]) -> Callable[..., Any]:
-    """The one timing function: read the step (:meth:`HookHandle._pre`), ``call(module, args,
-    kwargs)``, record it (:meth:`HookHandle._post`). A collector failure is counted on the
+def _timing_function(h: HookHandle, inner: Callable[..., Any], untimed: Callable[..., Any]) -> Callable[..., Any]:
+    """The one timing function: read the step (:meth:`HookHandle._pre`), ``inner(*args,
+    **kwargs)``, record it (:meth:`HookHandle._post`). A collector failure is counted on the
     recorder, never raised into the caller; the model's own errors pass through unchanged.
 
     It is bound to the module, so ``copy.deepcopy(model)`` rebinds it to the copy, which then
@@ -282,15 +285,15 @@ def _timing_function(h: HookHandle, call: Callable[[Any, tuple[Any, ...], dict[s
         if module is not target:  # a deep copy of the instrumented model
             return untimed(module, *args, **kwargs)
         if not h.active or not rec.enabled:
-            return call(module, args, kwargs)
+            return inner(*args, **kwargs)
         start = now_ns()
         try:
             batch, q, kv, prefill = h._pre(args, kwargs)
             events = h._timer.start() if h._timer is not None else None
         except Exception as e:
             rec.error("torch_hooks", e)
-            return call(module, args, kwargs)
-        out = call(module, args, kwargs)
+            return inner(*args, **kwargs)
+        out = inner(*args, **kwargs)
         try:
             h._post(start, now_ns(), batch, q, kv, prefill, events)
         except Exception as e:
@@ -310,13 +313,11 @@ def _take_call_slot(h: HookHandle, module: Any) -> bool:
     if getattr(module, _SLOT, False) is not None or not callable(getattr(module, _CALL_IMPL, None)):
         return False
 
-    def call(m: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        return getattr(m, _CALL_IMPL)(*args, **kwargs)
-
     def untimed(m: Any, *args: Any, **kwargs: Any) -> Any:
         return getattr(m, _CALL_IMPL)(*args, **kwargs)
 
-    _set_on_instance(h, module, _SLOT, types.MethodType(_timing_function(h, call, untimed), module))
+    forward = _timing_function(h, getattr(module, _CALL_IMPL), untimed)
+    _set_on_instance(h, module, _SLOT, types.MethodType(forward, module))
     return True
 
 
@@ -325,13 +326,10 @@ def _install_wrapper(h: HookHandle, module: Any) -> None:
     (transformers reads ``inspect.signature(model.forward)``)."""
     orig = module.forward
 
-    def call(m: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        return orig(*args, **kwargs)
-
     def untimed(m: Any, *args: Any, **kwargs: Any) -> Any:
         return type(m).forward(m, *args, **kwargs)
 
-    forward = _timing_function(h, call, untimed)
+    forward = _timing_function(h, orig, untimed)
     functools.update_wrapper(forward, orig)
     del forward.__wrapped__  # type: ignore[attr-defined]
     try:
