@@ -37,6 +37,7 @@ class Figure:
         interval: a 95 % interval (low, high) where the benchmark computes one.
         target: the target in words ("≤ 1 %"), or None for a figure reported without one.
         met: whether the target was met (judged on the interval's far end where there is one).
+        interval_is: what ``interval`` is when it is not a 95 % interval ("min-max of 5 runs").
     """
 
     what: str
@@ -45,6 +46,7 @@ class Figure:
     interval: tuple[float, float] | None = None
     target: str | None = None
     met: bool | None = None
+    interval_is: str | None = None
 
 
 def machine() -> str:
@@ -112,6 +114,8 @@ def write(name: str, figures: list[Figure], *, command: str | None = None, note:
 
 def _figure(f: Figure) -> dict[str, Any]:
     d = asdict(f)
+    if f.interval_is is None:
+        del d["interval_is"]
     if f.interval is not None:
         d["interval"] = [float(f.interval[0]), float(f.interval[1])]
     d["value"] = float(f.value)
