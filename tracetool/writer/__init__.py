@@ -17,7 +17,7 @@ from __future__ import annotations
 from tracetool.writer.interner import Interner
 from tracetool.writer.sinks import PackedSink, RowSink, Sink, conform_batch
 from tracetool.writer.stream import COMPRESS_MIN_ROWS, StreamFile
-from tracetool.writer.trace_writer import QUIET_WAIT_S, TraceWriter
+from tracetool.writer.trace_writer import QUIET_WAIT_S, Clock, TraceWriter
 
-__all__ = ["COMPRESS_MIN_ROWS", "QUIET_WAIT_S", "Interner", "PackedSink", "RowSink", "Sink", "StreamFile",
+__all__ = ["COMPRESS_MIN_ROWS", "QUIET_WAIT_S", "Clock", "Interner", "PackedSink", "RowSink", "Sink", "StreamFile",
            "TraceWriter", "conform_batch"]

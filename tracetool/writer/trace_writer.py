@@ -43,6 +43,20 @@ from tracetool.writer.stream import StreamFile
 QUIET_WAIT_S = 1.0
 
 
+class Clock:
+    """Time as the flusher sees it: ``now()`` in monotonic seconds, and ``wait(stop, timeout)``,
+    which sleeps up to ``timeout`` seconds or until ``stop`` is set and returns whether it is.
+
+    The writer's default is the real one; a test passes its own to drive the flusher through
+    simulated time, deterministically (``tests/unit/test_roundtrip.py``)."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def wait(self, stop: threading.Event, timeout: float) -> bool:
+        return stop.wait(timeout)
+
+
 def _warm_up() -> None:
     """Run the Arrow kernels the flusher uses once, at set-up: their first call
     initialises state for a few hundred ms while holding the GIL, which must not
@@ -71,12 +85,13 @@ class TraceWriter:
         compression: Arrow IPC buffer compression of batches of ``COMPRESS_MIN_ROWS`` rows or
             more, ``"lz4"`` (default: ~5x smaller files and faster than uncompressed here),
             ``"zstd"`` or None; smaller batches are written uncompressed.
+        clock: the flusher's :class:`Clock` (default: the real one).
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, meta: Mapping[str, Any] | None = None,
                  flush_rows: int = 65536, flush_interval_s: float = 1.0,
                  max_pending_rows: int = 2_000_000, segment_bytes: int = 256 << 20,
-                 declare: Iterable[str] = (), compression: str | None = "lz4") -> None:
+                 declare: Iterable[str] = (), compression: str | None = "lz4", clock: Clock | None = None) -> None:
         self.directory = Path(directory)
         self.meta = new_meta(**dict(meta or {}))
         self.flush_rows = flush_rows
@@ -93,6 +108,7 @@ class TraceWriter:
         self._sink_lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._stop = threading.Event()
+        self._clock = clock or Clock()
         self._thread: threading.Thread | None = None
         #: Goes up whenever ``meta.json``'s body or the declared tables change: the flusher
         #: rewrites meta.json and the live forwarder re-sends it only then.
@@ -189,6 +205,7 @@ class TraceWriter:
                     s = RowSink(table, self.max_pending_rows)
                 else:
                     s = PackedSink(table, self.max_pending_rows, self.interner)
+                s.last_flush = self._clock.now()
                 self._sinks[name] = s
                 self._declared.add(name)
                 self.meta_version += 1
@@ -252,7 +269,7 @@ class TraceWriter:
             self._flush_all(force=True)
 
     def _run(self) -> None:
-        while not self._stop.wait(self._next_wait()):
+        while not self._clock.wait(self._stop, self._next_wait()):
             with self._flush_lock:
                 if not self._closed:
                     self._flush_all(force=False)
@@ -268,7 +285,7 @@ class TraceWriter:
         recording (a short interval) still wakes once per interval to flush."""
         interval = self.flush_interval_s
         wait = min(QUIET_WAIT_S, interval)
-        now = time.monotonic()
+        now = self._clock.now()
         for sink in list(self._sinks.values()):
             pending = sink.pending()
             rate = sink.take_rate()  # the last flush's rate: used once, just after it
@@ -284,7 +301,7 @@ class TraceWriter:
         return max(0.002, wait)
 
     def _flush_all(self, force: bool) -> None:
-        now = time.monotonic()
+        now = self._clock.now()
         wrote = False
         sinks = list(self._sinks.items())
         # One table due drains them all: the interner forgets a retired string two
