@@ -73,14 +73,20 @@ def machine() -> str:
     return ", ".join(parts)
 
 
+#: What a benchmark measures: a change under these paths (not yet committed) marks the commit
+#: ``+changes``; edits to tests, docs or other results do not.
+CODE_PATHS = ("tracetool", "collectors", "analyzers", "benchmarks", "scripts", "pyproject.toml",
+              ":!benchmarks/results", ":!benchmarks/RESULTS.md")
+
+
 def commit() -> str:
-    """The short commit of the checkout, with ``+changes`` when tracked files differ from it."""
+    """The short commit of the checkout, with ``+changes`` when the code differs from it."""
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
                               timeout=10).stdout.strip()
     try:
         head = git("rev-parse", "--short", "HEAD")
-        dirty = git("status", "--porcelain", "--untracked-files=no")
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     return (head or "unknown") + ("+changes" if dirty else "")
