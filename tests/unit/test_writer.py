@@ -65,6 +65,34 @@ def test_a_packed_sink_builds_what_pyarrow_builds_from_the_values(name: str, dat
     assert [a.null_count for a in batch.columns] == [a.null_count for a in want.columns]
 
 
+@pytest.mark.parametrize("name", ["tokens", "spans"])
+def test_a_large_flush_builds_what_pyarrow_builds_from_the_values(name: str) -> None:
+    """Past SMALL_STRING_ROWS the string columns take the other lookup (distinct codes only):
+    the batch is still the one pyarrow builds from the values."""
+    import random
+
+    from tracetool.writer.sinks import SMALL_STRING_ROWS
+
+    rng = random.Random(0)
+    table = TABLES[name]
+    interner = Interner()
+    codes = [interner.code(f"req-{i}") for i in range(40)]
+    forgotten = interner.code("forgotten")
+    interner.retire(forgotten)
+    interner.collect()
+    interner.collect()
+    strs = [*codes, forgotten, INT_NULL]
+    ints = [INT_NULL, 0, 7, -(1 << 31) - 1, 1 << 40, 123_456_789]
+    rows = [tuple(rng.choice(strs) if c.kind == "string" else rng.choice(ints) for c in table.columns)
+            for _ in range(SMALL_STRING_ROWS * 4)]
+    sink = PackedSink(table, 100_000, interner)
+    for r in rows:
+        sink.buf.frombytes(sink.pack(*r))
+    (batch,) = sink.drain()
+    batch.validate(full=True)
+    assert batch.equals(_expected(table, rows, interner))
+
+
 def test_a_row_tuple_value_of_the_wrong_type_is_converted_or_nulled_not_the_batch_lost() -> None:
     table = TABLES["gpu"]
     width = len(table.columns)

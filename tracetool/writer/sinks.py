@@ -9,8 +9,8 @@ Two buffers, one conversion each:
   anything is appended. Strings travel as codes of a shared
   :class:`~tracetool.writer.interner.Interner`; a null travels as
   :data:`tracetool.schema.INT_NULL`. The flusher turns the buffer into
-  columns with numpy (no per-value Python work except one lookup per
-  *distinct* string).
+  columns with numpy; the only per-value Python work is the string lookup of
+  a small flush (:meth:`PackedSink._strings`).
 * :class:`RowSink` — tables with float columns (gpu): low-rate, kept as Python
   tuples, converted one ``pa.array`` per column.
 
@@ -33,6 +33,8 @@ import pyarrow as pa
 from tracetool.schema import INT_NULL, Table
 from tracetool.writer.interner import Interner
 
+#: String columns of at most this many rows are looked up row by row (see PackedSink._strings).
+SMALL_STRING_ROWS = 512
 _INT_RANGES = {bits: (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) for bits in (8, 16, 32, 64)}
 _NP_INTS = {8: np.int8, 16: np.int16, 32: np.int32}
 
@@ -52,6 +54,8 @@ class Sink:
         self._rate = 0.0  # rows per second up to the last drain (see take_rate)
         self._batches: list[pa.RecordBatch] = []
         self._feeds: list[tuple[list[Any], Callable[[list[Any]], Mapping[str, Any]]]] = []
+        self._ended: list[list[Any]] = []  # feeds ended since the last drain
+        self._retiring: list[list[Any]] = []  # ended before it: forgotten at this drain when empty
 
     # -- producer side --------------------------------------------------------------------
     def append(self, values: Sequence[Any]) -> None:
@@ -83,8 +87,14 @@ class Sink:
         cheapest hand-off a Python hot path has, and it is atomic under the GIL.
         """
         feed: list[Any] = []
-        self._feeds.append((feed, convert))
+        self._feeds = [*self._feeds, (feed, convert)]  # a new list: the flusher may be iterating
         return feed
+
+    def end_feed(self, feed: list[Any]) -> None:
+        """The producer of ``feed`` is done (an instrumented model removed): the flusher keeps
+        draining it for two more drains, for a step that was in flight, then forgets it, so
+        that a server instrumenting model after model does not keep a list per model."""
+        self._ended = [*self._ended, feed]
 
     # -- flusher side ---------------------------------------------------------------------
     def pending(self) -> int:
@@ -114,6 +124,12 @@ class Sink:
                 batch = conform_batch(self.table, convert(_take_list(feed)))
                 if batch.num_rows:
                     out.append(batch)
+        if self._retiring or self._ended:
+            gone = {id(f) for f in self._retiring if not f}
+            if gone:
+                self._feeds = [(f, c) for f, c in self._feeds if id(f) not in gone]
+            ended, self._ended = self._ended, []
+            self._retiring = [f for f in self._retiring if id(f) not in gone] + ended
         rows = self._drain_rows()
         if rows is not None and rows.num_rows:
             out.append(rows)
@@ -204,9 +220,17 @@ class PackedSink(Sink):
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def _strings(self, codes: np.ndarray, null: np.ndarray | None) -> pa.Array:
-        """A string column from interner codes: hash-encode the codes in Arrow, look up only the
-        distinct ones in Python (a request id repeats on every token row), then gather. A code
-        the interner already forgot becomes null."""
+        """A string column from interner codes; a code the interner already forgot becomes null.
+
+        The lookup is in Python, so its cost follows the rows: a flush of up to
+        :data:`SMALL_STRING_ROWS` rows (a live or low-rate recording's) looks each row up; a
+        larger one hash-encodes the codes in Arrow and looks up only the distinct ones (a
+        request id repeats on every token row), then gathers. Arrow's kernels cost more to
+        enter than a few dozen lookups, the more so with cold caches between flushes: on the
+        flusher thread inside a real decode loop, a small flush's string column cost about ten
+        times more through them."""
+        if len(codes) <= SMALL_STRING_ROWS:
+            return pa.array(self.interner.lookup(codes.tolist()), pa.string())
         encoded = pa.array(codes, pa.int64(), mask=null).dictionary_encode()
         names = self.interner.lookup(encoded.dictionary.to_numpy())
         return pa.array(names, pa.string()).take(encoded.indices)
