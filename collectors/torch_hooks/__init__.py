@@ -14,7 +14,8 @@ One timing function, two ways to reach it:
   exactly as without it) and records the step. A module compiled with
   ``model.compile()`` already uses the slot: it gets the same function as an
   instance-level ``forward`` instead (``method="wrap"``, the way
-  ``accelerate`` attaches its hooks);
+  ``accelerate`` attaches its hooks), as does anything that is not a torch
+  Module, and any module on a torch that moved the slot;
 * **plain hooks** (``method="hooks"``): ``register_forward_pre_hook`` and
   ``register_forward_hook``, public torch API, for a model whose call slot or
   ``forward`` must not be touched. Torch's hook dispatch costs more per call.
@@ -191,6 +192,7 @@ class HookHandle:
         # the recorder lets go of this handle (and so of the module): what is pending is written now
         self._forget_close()
         self.recorder.guard(self.close, where="uninstrument")
+        self._sink.end_feed(self._feed)
         if self.module.__dict__.get(_ATTR) is self:
             del self.module.__dict__[_ATTR]
 

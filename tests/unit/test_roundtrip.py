@@ -74,6 +74,29 @@ def test_tuple_feed_rows_are_converted_by_the_flusher(tmp_path: Path) -> None:
     assert [(r["step_id"], r["end_ns"], r["kv_tokens"]) for r in rows] == [(1, 105, 11), (2, 205, 12), (3, 305, 13)]
 
 
+def test_an_ended_feed_is_drained_then_forgotten(tmp_path: Path) -> None:
+    """A producer that ends its feed (an uninstrumented model) loses no row it appended while
+    ending (a step in flight), and the sink does not keep one list per producer for good."""
+    def convert(raws: list[tuple[int, int]]) -> dict[str, list[int]]:
+        return {"step_id": [r[0] for r in raws], "start_ns": [r[1] for r in raws], "end_ns": [r[1] for r in raws],
+                "batch_size": [1] * len(raws), "prefill_tokens": [0] * len(raws),
+                "decode_tokens": [1] * len(raws), "kv_tokens": [1] * len(raws)}
+
+    w = TraceWriter(tmp_path, flush_interval_s=3600, flush_rows=10**9).start()
+    s = w.sink("steps")
+    for i in range(50):
+        feed = s.tuple_feed(convert)
+        feed.append((2 * i, 1))
+        s.end_feed(feed)
+        feed.append((2 * i + 1, 2))  # in flight as it ended
+        w.flush()
+    # a drain forgets what ended two drains before it (a sink with nothing pending is not drained)
+    assert len(s._feeds) <= 2, f"{len(s._feeds)} ended feeds are kept"
+    w.close()
+    rows = open_trace(tmp_path, strict=True).table("steps").column("step_id").to_pylist()
+    assert sorted(rows) == list(range(100))
+
+
 def test_declared_empty_table_means_recorded(tmp_path: Path) -> None:
     with TraceWriter(tmp_path, declare=("spans", "tokens")):
         pass
