@@ -108,6 +108,8 @@ def write(name: str, figures: list[Figure], *, command: str | None = None, note:
     body: dict[str, Any] = {
         "schema": SCHEMA, "benchmark": name, "command": command, "machine": machine(),
         "date": _dt.date.today().isoformat(), "commit": commit(),
+        # the machine's load when the run ended (1, 5, 15 min): on a shared machine it moves figures
+        "load": [round(x, 2) for x in os.getloadavg()],
         "figures": [_figure(f) for f in figures]}
     if note:
         body["note"] = note
