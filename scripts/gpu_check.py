@@ -257,11 +257,11 @@ def verdict(eff: float | None, dram_pct: float | None) -> str:
     if eff is None:
         return "no roofline without a hardware preset: only measured ITL is meaningful here"
     if eff >= 0.5:
-        return (f"memory-bandwidth-bound: decode runs at {eff:.0%} of the roofline ideal, as DOMAIN.md section 1 "
+        return (f"memory-bandwidth-bound: decode runs at {eff:.0%} of the roofline ideal, as docs/domain.md §1 "
                 "predicts; ITL grows with context through the KV cache")
     if dram_pct is not None and dram_pct < 30:
         return (f"host/launch-bound: {eff:.0%} of the roofline and DRAM only {dram_pct:.0f}% busy during decode; "
-                "per-step Python and kernel-launch overhead dominates at this model size (DOMAIN.md section 3: "
+                "per-step Python and kernel-launch overhead dominates at this model size (docs/domain.md §3: "
                 "small models), so more bandwidth would not move ITL")
     return f"below the roofline ({eff:.0%}) without GPM evidence either way (GPM needs Hopper or newer)"
 
