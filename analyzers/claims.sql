@@ -1,5 +1,5 @@
 -- Module claims: verdicts on the stories users bring (--claim). A verdict is the
--- measured share with its evidence, never a rule of thumb (DOMAIN.md §3).
+-- measured share with its evidence, never a rule of thumb (docs/domain.md §3).
 --
 -- Component claims: 'supported' when the component is the bottleneck or holds at
 -- least supported_share of e2e; 'misdiagnosis' when it holds less than

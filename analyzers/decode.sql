@@ -6,7 +6,7 @@
 -- forward pass's own time) or, when no step times were recorded, of
 -- tokens_gap_stats (ITL basis: server-side gap). Decode streams the weights and
 -- the whole KV cache every step, so on a GPU the slope is the KV cache's share of
--- memory traffic (DOMAIN.md §1).
+-- memory traffic (docs/domain.md §1).
 
 CREATE OR REPLACE MACRO _fit_sxx(n, sx, sxx) AS sxx - sx * sx / n;
 CREATE OR REPLACE MACRO _fit_syy(n, sy, syy) AS syy - sy * sy / n;
@@ -92,7 +92,7 @@ FROM g;
 
 -- @table decode_throughput
 -- Per-request decode speed against the server's aggregate token rate (one row):
--- the two numbers people confuse (DOMAIN.md §1, §3.3). With several traces the
+-- the two numbers people confuse (docs/domain.md §1, §3.3). With several traces the
 -- aggregate is the sum of each trace's rate (one trace per server, serving at
 -- once), and wall_s the longest trace.
 -- @column traces: Traces in this analysis (count).

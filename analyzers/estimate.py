@@ -1,4 +1,4 @@
-"""``tracetool estimate``: napkin math for one request, without a trace (DOMAIN.md §1-2).
+"""``tracetool estimate``: napkin math for one request, without a trace (docs/domain.md §1-2).
 
 Decode streams the weights plus the batch's KV cache from HBM every step, so
 
@@ -24,7 +24,7 @@ from analyzers.params import COMPONENTS
 from tracetool.errors import UsageError
 from tracetool.presets import dtype_bytes, gpu_preset, model_preset
 
-#: Tokenizer cost per prompt token, microseconds (DOMAIN.md §1: 8k tokens in ~3-8 ms).
+#: Tokenizer cost per prompt token, microseconds (docs/domain.md §1: 8k tokens in ~3-8 ms).
 TOKENIZE_US_PER_TOKEN = 0.7
 #: Incremental detokenization cost per output token, microseconds.
 DETOKENIZE_US_PER_TOKEN = 0.2

@@ -1,5 +1,5 @@
 -- Module findings: what the measured numbers say, and which popular stories
--- they refute (DOMAIN.md §3), including the cases where the usual rule flips.
+-- they refute (docs/domain.md §3), including the cases where the usual rule flips.
 --
 -- Every finding is a condition on summary_numbers and _thresholds; a condition
 -- on a number the trace did not measure is null, so the finding does not fire.

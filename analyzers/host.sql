@@ -3,7 +3,7 @@
 -- For a decode token with step times, host_ms = server-side ITL - step time: the
 -- part of each token spent outside the model (scheduling, sampling, detokenize,
 -- Python). On small models and on CPU it is comparable to the step itself
--- (DOMAIN.md §3). With a steps table, the gaps between consecutive engine
+-- (docs/domain.md §3). With a steps table, the gaps between consecutive engine
 -- iterations give the same story from the engine's side.
 
 -- @table host_overhead

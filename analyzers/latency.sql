@@ -1,5 +1,5 @@
 -- Module latency: percentiles of e2e, TTFT, ITL and TPOT over successful
--- requests, with the conventions of vLLM bench serve / AIPerf (DOMAIN.md §5):
+-- requests, with the conventions of vLLM bench serve / AIPerf (docs/domain.md §5):
 -- percentiles interpolate linearly between order statistics (numpy's default).
 -- e2e, TTFT and TPOT are per request; ITL is per token (index 0 excluded).
 

@@ -1,4 +1,4 @@
--- Module roofline: decode against the memory-bandwidth roofline (DOMAIN.md §1).
+-- Module roofline: decode against the memory-bandwidth roofline (docs/domain.md §1).
 --
 -- A decode step streams the weights and the batch's KV cache from HBM, so its
 -- ideal time is (weight_bytes + batch x kv_len x kv_bytes_per_token) /

@@ -3,7 +3,7 @@
 --
 -- In continuous batching one request's ITL is the step time of a batch it shares
 -- with others, and a step that also prefills someone's prompt stretches every
--- decode in it (DOMAIN.md §3: queueing and batching policy).
+-- decode in it (docs/domain.md §3: queueing and batching policy).
 
 -- @table steps_batch
 -- One row per batch size: how long steps of that size take.

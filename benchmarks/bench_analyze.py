@@ -72,6 +72,7 @@ def main() -> None:
     ap.add_argument("--trace", type=Path, default=None, help="trace to use (default: generate in /tmp)")
     ap.add_argument("--tokens", type=int, default=10_000_000)
     ap.add_argument("--runs", type=int, default=3, help="tracetool runs (pandas runs: max(1, runs - 1))")
+    ap.add_argument("--no-result", action="store_true", help="do not write benchmarks/results/bench_analyze.json")
     a = ap.parse_args()
     trace = a.trace or Path(f"/tmp/tt-bench-{a.tokens // 1_000_000}m" if a.tokens >= 1_000_000
                             else f"/tmp/tt-bench-{a.tokens}")
@@ -106,6 +107,19 @@ def main() -> None:
         print("RESULTS DIFFER:\n  " + "\n  ".join(mismatches))
         raise SystemExit(1)
     print("results agree (headline percentiles, shares, rates, fit, roofline within 1e-4)")
+    if a.no_result:
+        return
+    sys.path.insert(0, str(HERE.parent))
+    from benchmarks.results import Figure, write
+
+    write("bench_analyze", [
+        Figure(f"analyze --json of {a.tokens:,} tokens: pandas baseline's wall time over tracetool's", pw / dw, "x",
+               target="≥ 5x", met=pw / dw >= 5),
+        Figure("the same in CPU time", pc / dc, "x"),
+        Figure("tracetool analyze --json: wall time (median)", dw, "s"),
+        Figure("tracetool analyze --json: peak RSS", drss / 2**20, "MiB", target="≤ 2,048 MiB",
+               met=drss < 2 * 2**30),
+    ], note=f"the pandas baseline computes the same numbers (checked within 1e-4); medians of {a.runs} runs")
 
 
 if __name__ == "__main__":

@@ -60,6 +60,8 @@ def probe(mode: str, trace: Path, out: Path) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=1_000_000)
+    ap.add_argument("--no-result", action="store_true",
+                    help="do not write benchmarks/results/bench_export_perfetto.json")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         trace, out = Path(tmp) / "trace", Path(tmp) / "trace.json"
@@ -88,6 +90,18 @@ def main() -> None:
         print(f"export over read: +{export['rss_mb'] - read['rss_mb']:.0f} MB; "
               f"holding the events as one list: {held['rss_mb'] / export['rss_mb']:.1f}x the export's peak "
               f"({time.perf_counter() - t:.0f} s in all)")
+    if a.no_result:
+        return
+    sys.path.insert(0, str(HERE.parent))
+    from benchmarks.results import Figure, write
+
+    write("bench_export_perfetto", [
+        Figure(f"export of a {a.tokens:,}-token trace: peak RSS over reading it", export["rss_mb"] - read["rss_mb"],
+               "MB"),
+        Figure("the same events held as one list: times the export's peak RSS", held["rss_mb"] / export["rss_mb"],
+               "x"),
+        Figure("export speed", a.tokens / export["s"], "tokens/s"),
+    ])
 
 
 if __name__ == "__main__":

@@ -32,7 +32,10 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import soak  # the SWITCH server (soak.py _serve OUT switch FLUSH_S), its probe, viewer and helpers
+
+from benchmarks.results import Figure, write
 
 #: the threads reported by name; the rest of the server process is summed as "other"
 NAMED = ("tracetool-engine", "tracetool-writer", "tracetool-live-forward", "tracetool-nvml")
@@ -66,6 +69,7 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--prompt-tokens", type=int, default=64)
+    ap.add_argument("--no-result", action="store_true", help="do not write benchmarks/results/bench_live_flush.json")
     args = ap.parse_args()
     flushes = [float(x) for x in args.flush.split(",")]
     if (os.cpu_count() or 1) < 2:
@@ -111,11 +115,12 @@ def main() -> int:
             print(f"round {i + 1}: " + "; ".join(line), flush=True)
     finally:
         soak.stop(viewers, [s for s, _ in servers.values()])
-    return report(flushes, cpu, tokens, rates)
+    return report(flushes, cpu, tokens, rates, not args.no_result)
 
 
 def report(flushes: list[float], cpu: dict[tuple[float, str], dict[str, float]],
-           tokens: dict[tuple[float, str], int], rates: dict[tuple[float, str], list[float]]) -> int:
+           tokens: dict[tuple[float, str], int], rates: dict[tuple[float, str], list[float]],
+           write_result: bool = True) -> int:
     groups = [*NAMED, "other", "endpoint process"]
     print("\nCPU per generated token, µs: recording on / off / added")
     print(f"{'thread':24s}" + "".join(f"{f'{fl:g} s flush':>27s}" for fl in flushes))
@@ -140,6 +145,10 @@ def report(flushes: list[float], cpu: dict[tuple[float, str], dict[str, float]],
         r = [a / b for a, b in zip(rates[(fl, "on")], rates[(fl, "off")], strict=True)]
         print(f"throughput on/off at {fl:g} s (noisy): median {statistics.median(r):.3f} over {len(r)} rounds "
               f"({', '.join(f'{x:.3f}' for x in r)}); all threads added {added[fl]['all']:+.1f} µs per token")
+    if write_result:
+        write("bench_live_flush", [
+            Figure(f"CPU added per token by watching (writer, forwarder, endpoint process), {fl:g} s live flush",
+                   sum(added[fl][g] for g in watch), "µs") for fl in flushes])
     return 0
 
 

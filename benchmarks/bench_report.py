@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "report"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from report_synth import Workload, run
 
@@ -40,7 +41,9 @@ def naive(base: list[np.ndarray], cand: list[np.ndarray], resamples: int, seed: 
     return float(lo), float(hi)
 
 
-def speed(resamples: int) -> None:
+def speed(resamples: int) -> dict[tuple[int, int], tuple[float, float]]:
+    """Per (requests, tokens): (vectorised, loop) seconds per resample."""
+    out = {}
     print(f"bootstrap of p50 ITL, requests as units, {resamples:,} resamples (per resample, same samples)")
     rng = np.random.default_rng(0)
     for n_req, tokens in ((8, 150), (64, 1000), (1000, 1000)):
@@ -58,6 +61,8 @@ def speed(resamples: int) -> None:
         print(f"  {n_req:>5} requests x {tokens:>5} tokens: vectorised {fast * 1e3:8.3f} ms, loop {slow * 1e3:8.3f} ms "
               f"({loops} resamples) -> {slow / fast:6.1f}x; CI {iv.low:+.3f}..{iv.high:+.3f} vs loop "
               f"{lo:+.3f}..{hi:+.3f}")
+        out[(n_req, tokens)] = (fast, slow)
+    return out
 
 
 def side(r, label: str) -> Side:
@@ -65,8 +70,10 @@ def side(r, label: str) -> Side:
     return Side(label, {m: {"n": s[m].n, **{st: s[m].stat(st) for st in STATS}} for m in s}, {}, s)
 
 
-def rates() -> None:
+def rates() -> dict[float, int]:
+    """Per true ITL change factor: how many of 20 seeds the report's p50 ITL check failed."""
     w = Workload.make()
+    fired = {}
     print("p50 ITL check over 20 seeds (8 requests per run, 5 % tolerance, 95 % CI):")
     print(f"  {'true change':>12} {'report rule':>12} {'est>tol & CI>0':>15} {'CI>0':>6}")
     for factor in (1.0, 1.04, 1.06, 1.10, 1.30):
@@ -80,14 +87,33 @@ def rates() -> None:
             loose += c.value > 5 and c.ci_low > 0
             naive_ += c.ci_low > 0
         print(f"  {f'{(factor - 1) * 100:+.0f} %':>12} {f'{ours}/20':>12} {f'{loose}/20':>15} {f'{naive_}/20':>6}")
+        fired[factor] = ours
+    return fired
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--resamples", type=int, default=2000)
+    ap.add_argument("--no-result", action="store_true", help="do not write benchmarks/results/bench_report.json")
     args = ap.parse_args()
-    speed(args.resamples)
-    rates()
+    sp = speed(args.resamples)
+    fired = rates()
+    if args.no_result:
+        return
+    from benchmarks.results import Figure, write
+
+    fast = sp[(8, 150)][0]
+    big_fast, big_slow = sp[(1000, 1000)]
+    write("bench_report", [
+        Figure(f"CI-sized bootstrap (8 requests x 150 tokens, {args.resamples:,} resamples)", fast * args.resamples,
+               "s"),
+        Figure("vectorised bootstrap over the plain loop, 1,000 requests x 1,000 tokens", big_slow / big_fast, "x"),
+        Figure("p50 ITL gate fired with no true change (20 seeds)", fired[1.0], "of 20", target="0 of 20",
+               met=fired[1.0] == 0),
+        Figure("p50 ITL gate fired on a true +10 % (20 seeds)", fired[1.10], "of 20"),
+        Figure("p50 ITL gate fired on a true +30 % (20 seeds)", fired[1.30], "of 20", target="20 of 20",
+               met=fired[1.30] == 20),
+    ])
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "system"))
 
+from benchmarks.results import Figure, write  # noqa: E402
 from collectors import Recorder  # noqa: E402
 from collectors.nvml import Nvml, NvmlSampler, PynvmlApi  # noqa: E402
 from collectors.pyspy import PySpySampler, pyspy_binary  # noqa: E402
@@ -82,7 +83,7 @@ else:
 '''
 
 
-def nvml_section(seconds: float) -> None:
+def nvml_section(seconds: float, figures: list[Figure]) -> None:
     from nvml_double import GpuScript, ScriptedNvml
 
     print("NVML sampler: CPU of the sampler thread")
@@ -112,6 +113,9 @@ def nvml_section(seconds: float) -> None:
                     print(f"  {label:32s} {gpus} GPU(s) {hz:5.0f} Hz: {sampler.cpu_ns / 1e9 / wall:6.2%} of a core, "
                           f"{per:6.1f} us per GPU sample, {sampler.samples / wall / gpus:5.1f} samples/s/GPU, "
                           f"late ticks {sampler.late_ticks}")
+                    if gpus == 1 and hz == 10.0:
+                        figures.append(Figure(f"NVML sampler at 10 Hz, one GPU ({label}): share of a core",
+                                              sampler.cpu_ns / 1e7 / wall, "%"))
 
 
 def start_target(tmp: Path, mode: str, run_s: float) -> subprocess.Popen[str]:
@@ -167,7 +171,7 @@ def run_target(tmp: Path, seconds: float, hz: int | None, blocking: bool = False
     return rate, sampler
 
 
-def pyspy_section(seconds: float, rounds: int) -> None:
+def pyspy_section(seconds: float, rounds: int, figures: list[Figure]) -> None:
     print(f"\npy-spy sampler: cost at each rate, against a busy pure-Python target (one thread); "
           f"target speed = median over {rounds} rounds of (sampled run / unsampled run right before it)")
     with tempfile.TemporaryDirectory() as d:
@@ -186,6 +190,11 @@ def pyspy_section(seconds: float, rounds: int) -> None:
                   f"{statistics.median(parse_cpu):5.2f} ms CPU per s, {statistics.median(samples):6.1f} samples/s, "
                   f"target at {statistics.median(ratios):6.1%} of its unsampled speed "
                   f"(rounds {min(ratios):.0%}-{max(ratios):.0%})")
+            if hz == 100:
+                figures.append(Figure("py-spy at 100 Hz (the default): its process's share of a core",
+                                      statistics.median(spy_cpu) * 100, "%"))
+                figures.append(Figure("py-spy at 100 Hz: tracetool's parsing, CPU per second sampled",
+                                      statistics.median(parse_cpu), "ms"))
         ratios = []
         for _ in range(rounds):
             base, _ = run_target(tmp, seconds, None)
@@ -195,7 +204,7 @@ def pyspy_section(seconds: float, rounds: int) -> None:
               f"unsampled speed (rounds {min(ratios):.0%}-{max(ratios):.0%}; one thread, so little to pause)")
 
 
-def timestamp_section(runs: int) -> None:
+def timestamp_section(runs: int, figures: list[Figure]) -> None:
     print("\npy-spy timestamps: stacks row starting spin_b minus the wall time the target printed, 200 Hz")
     offsets: list[float] = []
     with tempfile.TemporaryDirectory() as d:
@@ -225,20 +234,27 @@ def timestamp_section(runs: int) -> None:
         print(f"  {len(offsets)} switches: offset median {statistics.median(offsets):+.1f} ms, "
               f"min {min(offsets):+.1f} ms, max {max(offsets):+.1f} ms "
               "(positive: row after the switch; one 200 Hz interval is 5 ms on average)")
+        figures.append(Figure("py-spy stacks row against the true switch instant, 200 Hz: median offset",
+                              statistics.median(offsets), "ms", (min(offsets), max(offsets)),
+                              interval_is=f"min-max of {len(offsets)} switches"))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=2.0, help="length of each measured run (default 2)")
     ap.add_argument("--runs", type=int, default=3, help="timestamp runs, and rounds per py-spy rate (default 3)")
+    ap.add_argument("--no-result", action="store_true", help="do not write benchmarks/results/bench_samplers.json")
     args = ap.parse_args()
     print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
-    nvml_section(args.seconds)
+    figures: list[Figure] = []
+    nvml_section(args.seconds, figures)
     if pyspy_binary() is None:
         print("py-spy not installed: py-spy sections skipped")
-        return 0
-    pyspy_section(args.seconds, args.runs)
-    timestamp_section(args.runs)
+    else:
+        pyspy_section(args.seconds, args.runs, figures)
+        timestamp_section(args.runs, figures)
+    if not args.no_result:
+        write("bench_samplers", figures)
     return 0
 
 

@@ -42,7 +42,10 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import soak  # the SWITCH server (soak.py _serve OUT switch FLUSH_S), its probe, viewer and books
+
+from benchmarks.results import Figure, write
 
 #: the three windows of a round; their six orders are cycled
 ARMS = ("on", "off", "off again")
@@ -66,6 +69,7 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--prompt-tokens", type=int, default=64)
     ap.add_argument("--live-flush-s", type=float, default=None, help="the live flush interval (default: tracetool's)")
+    ap.add_argument("--no-result", action="store_true", help="do not write benchmarks/results/bench_switch.json")
     args = ap.parse_args()
     if args.rounds < 2:
         raise SystemExit("bench_switch: --rounds must be at least 2")
@@ -128,6 +132,7 @@ def report(args: argparse.Namespace, s: soak.Server, out: Path, tmp: Path, windo
           f"{trace.rows('tokens'):,} (+{soak._accounted(trace) - trace.rows('tokens')} dropped), saved by the "
           f"viewer {saved:,} ({dropped_for_viewer} dropped for it; exit {viewer_rc})")
     verdict = ""
+    figures = []
     for label, key in (("throughput", "tok_s"), ("CPU per token", "cpu_ms_per_token")):
         for arm in ("on", "off again"):
             r = [getattr(rnd[arm], key) / getattr(rnd["off"], key) for rnd in rounds]
@@ -138,12 +143,24 @@ def report(args: argparse.Namespace, s: soak.Server, out: Path, tmp: Path, windo
             if label == "throughput" and arm == "on":
                 verdict = ("within 3 % of off: shown (the interval lies above 0.97)" if lo >= 0.97 else
                            "within 3 % of off: not shown (the interval reaches below 0.97)")
+                figures.append(Figure("serve throughput, recording on (recorder + NVML double + live viewer) over off",
+                                      g, "x", (lo, hi), "≥ 0.97x (within 3 %)", lo >= 0.97))
+            elif label == "throughput":
+                figures.append(Figure("serve throughput, A/A (off again over off): the run's resolution", g, "x",
+                                      (lo, hi)))
+            elif arm == "on":
+                figures.append(Figure("server CPU per token, recording on over off", g, "x", (lo, hi)))
     on_tok = sum(rnd["on"].tokens for rnd in rounds) / sum(rnd["on"].seconds for rnd in rounds)
     off_tok = sum(rnd["off"].tokens for rnd in rounds) / sum(rnd["off"].seconds for rnd in rounds)
     print(f"all rounds pooled: on {on_tok:.1f} tok/s, off {off_tok:.1f} tok/s, on/off {on_tok / off_tok:.4f}")
     print(f"recording on: {verdict}")
     print(f"bench_switch: {'OK' if books else 'FAILED'} (books balance: every token generated while recording is "
           "in the trace or counted dropped, the viewer saved them, no request failed)")
+    figures.append(Figure("tokens generated while recording that are not in the trace (nor counted dropped)",
+                          recorded - soak._accounted(trace), "tokens", target="0",
+                          met=recorded == soak._accounted(trace)))
+    if not args.no_result:
+        write("bench_switch", figures, note=f"{len(rounds)} rounds of three windows of {args.window_requests} requests")
     return 0 if books else 1
 
 

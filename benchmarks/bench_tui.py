@@ -141,6 +141,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--target", type=float, default=2.0, help="first-paint target, seconds")
+    ap.add_argument("--no-result", action="store_true", help="do not write benchmarks/results/bench_tui.json")
     a = ap.parse_args()
     trace = a.trace or Path(f"/tmp/tt-bench-tui-{a.tokens // 1_000_000}m")
     if not (trace / "meta.json").exists():
@@ -165,6 +166,18 @@ def main() -> None:
     print(f"\nfirst paint / analyze without UI: {paint / an:.2f}x")
     verdict = "met" if paint <= a.target else "NOT met"
     print(f"target first paint <= {a.target:.1f} s on the terminal: {verdict} ({paint:.2f} s)")
+    if a.no_result:
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from benchmarks.results import Figure, write
+
+    paints = [r["first paint (on the terminal)"] for r in rounds]
+    write("bench_tui", [
+        Figure(f"tui first paint on a {a.tokens:,}-token trace, from process start", paint, "s",
+               (min(paints), max(paints)), f"≤ {a.target:g} s", paint <= a.target,
+               interval_is=f"min-max of {a.rounds}"),
+        Figure("first paint over tracetool analyze --json (no UI)", paint / an, "x"),
+    ])
 
 
 if __name__ == "__main__":

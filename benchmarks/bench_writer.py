@@ -20,6 +20,11 @@ import json
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 
 CHILD = r"""
 import json, sys, time
@@ -78,6 +83,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=2_000_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--no-result", action="store_true", help="do not write benchmarks/results/bench_writer.json")
     args = ap.parse_args()
     n = args.rows
     variants = ["empty-loop", "token()", "token() now", "tokens() x4096"]
@@ -97,6 +103,25 @@ def main() -> None:
         sustained = n / (r["loop_s"] + r["close_s"])
         print(f"{v:<16}{caller:>14.0f}{caller / base:>14.2f}{sustained:>18,.0f}{r['rss_mib']:>14.0f}"
               f"{r.get('rows_on_disk', '-')!s:>14}")
+    if args.no_result:
+        return
+    from benchmarks.results import Figure, write
+
+    def caller_ns(v: str) -> float:
+        return float(best[v]["loop_s"] / n * 1e9)
+
+    def rows_s(v: str) -> float:
+        return float(n / (best[v]["loop_s"] + best[v]["close_s"]))
+
+    lost = sum(n - int(best[v].get("rows_on_disk", n)) for v in variants[1:])
+    write("bench_writer", [
+        Figure("token(): caller's time per row", caller_ns("token()"), "ns"),
+        Figure("token(): sustained rows/s, until the last row is on disk", rows_s("token()"), "rows/s"),
+        Figure("tokens() in batches of 4,096: sustained rows/s", rows_s("tokens() x4096"), "rows/s",
+               target="≥ 1,000,000 rows/s", met=rows_s("tokens() x4096") >= 1_000_000),
+        Figure("rows missing on disk, every variant", lost, "rows", target="0", met=lost == 0),
+        Figure("token(): peak RSS of the process", best["token()"]["rss_mib"], "MiB"),
+    ], note=f"{n:,} token rows per variant, best of {args.repeat} interleaved runs; each variant in its own process")
 
 
 if __name__ == "__main__":

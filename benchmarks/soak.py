@@ -375,6 +375,7 @@ def main() -> int:
                     help="ON's and SWITCH's live flush interval (default: tracetool's, LIVE_FLUSH_S)")
     ap.add_argument("--pin", action="store_true",
                     help="servers (and ON's live endpoint) on CPU 0; the probe and the viewer on CPU 1")
+    ap.add_argument("--no-result", action="store_true", help="do not write benchmarks/results/soak.json")
     args = ap.parse_args()
     server_cpus = client_cpus = None
     if args.pin:
@@ -542,6 +543,19 @@ def report(args: argparse.Namespace, out: Path, servers: dict[str, Server], soak
     print("\n".join(lines))
     print(f"soak: {'OK' if ok else 'FAILED'} (books balance on every server, no failed request, "
           "no collector error, the NVML double labelled, the viewers saved their traces on SIGTERM and hold every row or count it dropped)")
+    if not args.no_result:
+        from benchmarks.results import Figure, write
+
+        lost = (on.generated or 0) - trace_tokens - int(dropped.get("tokens", 0))
+        write("soak", [
+            Figure(f"{args.minutes:g} min at concurrency {args.concurrency}: books balance on every server and "
+                   "viewer, no failed request, no collector error", 1.0 if ok else 0.0, "yes/no", target="yes", met=ok),
+            Figure("tokens the ON server generated that its trace lacks (nor counts dropped)", lost, "tokens",
+                   target="0", met=lost == 0),
+            Figure("failed requests", failed, "requests", target="0", met=failed == 0),
+            Figure("ON server RSS slope after the warm-up fifth", slope, "MiB/min"),
+        ], note=f"ON = recorder + NVML sampler fed by the scripted NVML double + live viewer; "
+                f"{sum(w.requests for w in every):,} requests")
     return 0 if ok else 1
 
 

@@ -18,8 +18,8 @@ How it samples, and why:
   Resolution: change points are exact sample instants; within an unchanged
   stretch, rows are every 100 ms. Timestamps are anchored to the wall clock
   read just before py-spy is launched (its clock starts a little later, so
-  rows may be early by the launch latency; measured -8 to +17 ms at 200 Hz,
-  sample interval included; see benchmarks/RESULTS.md).
+  rows may be early by the launch latency; ``benchmarks/bench_samplers.py``
+  measures the offset, sample interval included: see benchmarks/RESULTS.md).
 * ``--idle``: idle threads are sampled too (without it, a thread that goes
   idle looks frozen in its last busy stack in chrometrace output). Idle is
   then recognised from the frames (``pyspy_rules.toml``).

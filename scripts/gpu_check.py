@@ -9,7 +9,9 @@ NVML sampler writes the ``gpu`` table (GPM on Hopper+) and fills
 ``tracetool analyze --json`` on the trace and prints, per context, measured
 ITL against the roofline ideal, bandwidth efficiency, GPM DRAM bandwidth
 utilisation during decode, and a verdict. docs/system-collectors.md explains
-each figure.
+each figure. Last it measures what the collectors cost a decode step at the
+first context, against the GPU budget of docs/collectors.md (at most 0.1 % of
+a step), with the method of benchmarks/bench_hooks.py.
 
     scripts/gpu_check.sh                     # on a machine with an NVIDIA GPU, < 10 min
     python scripts/gpu_check.py --device cpu --tiny   # exercises the code path anywhere
@@ -58,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decode-tokens", type=int, default=None, help="tokens decoded per context (default 200; tiny 8)")
     ap.add_argument("--nvml-hz", type=float, default=10.0, help="NVML sampling rate (default 10)")
     ap.add_argument("--out", default=None, help="trace directory (default: a new temporary one)")
+    ap.add_argument("--overhead-blocks", type=int, default=None,
+                    help="blocks of the collectors' overhead measurement (default 40; tiny 2; 0 skips it)")
     args = ap.parse_args(argv)
     try:
         return run(args)
@@ -120,7 +124,31 @@ def run(args: argparse.Namespace) -> int:
     rec.close()
     print(f"gpu_check: trace {out} ({time.monotonic() - t0:.1f} s)")
     report(out, contexts)
+    blocks = args.overhead_blocks if args.overhead_blocks is not None else (2 if args.tiny else 40)
+    if blocks > 0:
+        overhead(torch, model, contexts[0], blocks, args.device)
     return 0
+
+
+def overhead(torch: Any, model: Any, ctx: int, blocks: int, device: str) -> None:
+    """What the collectors (a steps row per forward, a tokens row per token) cost a decode step
+    at ``ctx``, against the GPU budget: benchmarks/bench_hooks.py's method, each token brought
+    to the host as a streaming server does, wall clock (its own recorder: not in the trace)."""
+    from benchmarks.bench_hooks import GPU_BUDGET_PCT, measure
+
+    gen = torch.Generator(device="cpu").manual_seed(ctx)
+    prompt = torch.randint(0, model.config.vocab_size, (1, ctx), generator=gen).to(device)
+    r = measure(model, prompt, blocks=blocks, run_len=8, profiler=False, clock=time.perf_counter_ns,
+                sync=lambda t: t.item(), log=lambda s: None)
+    step = r["step_ns"]
+    d, lo, hi = r["collectors"]
+    pct, pct_hi = d / step * 100, hi / step * 100
+    if device.startswith("cuda"):
+        judged = f"budget ≤ {GPU_BUDGET_PCT:g} % on a GPU: {'met' if pct_hi <= GPU_BUDGET_PCT else 'NOT met'}"
+    else:
+        judged = "on CPU: the GPU budget does not apply (benchmarks/bench_hooks.py measures the CPU one)"
+    print(f"collectors {ctx:>6}: {d / 1e3:+.1f} µs per decode step (95 % {lo / 1e3:+.1f} .. {hi / 1e3:+.1f}) "
+          f"= {pct:.3f} % of a {step / 1e6:.2f} ms step (95 % up to {pct_hi:.3f} %); {judged}")
 
 
 def forward_kwargs(model: Any) -> tuple[str, str]:
@@ -229,11 +257,11 @@ def verdict(eff: float | None, dram_pct: float | None) -> str:
     if eff is None:
         return "no roofline without a hardware preset: only measured ITL is meaningful here"
     if eff >= 0.5:
-        return (f"memory-bandwidth-bound: decode runs at {eff:.0%} of the roofline ideal, as DOMAIN.md section 1 "
+        return (f"memory-bandwidth-bound: decode runs at {eff:.0%} of the roofline ideal, as docs/domain.md §1 "
                 "predicts; ITL grows with context through the KV cache")
     if dram_pct is not None and dram_pct < 30:
         return (f"host/launch-bound: {eff:.0%} of the roofline and DRAM only {dram_pct:.0f}% busy during decode; "
-                "per-step Python and kernel-launch overhead dominates at this model size (DOMAIN.md section 3: "
+                "per-step Python and kernel-launch overhead dominates at this model size (docs/domain.md §3: "
                 "small models), so more bandwidth would not move ITL")
     return f"below the roofline ({eff:.0%}) without GPM evidence either way (GPM needs Hopper or newer)"
 

@@ -34,32 +34,6 @@ def _tokenizer_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
         os.environ["TRACETOOL_CACHE"] = old
 
 
-@pytest.fixture(params=["c", "python"])
-def step_slot(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run a test with each implementation of instrument()'s timing slot: the C one
-    (collectors/torch_hooks/_cstep.c, built at install where a compiler is) and the Python one."""
-    import collectors.torch_hooks as th
-
-    if request.param == "python":
-        monkeypatch.setattr(th, "_cstep", None)
-    elif th._cstep is None:  # test_cstep.py fails when a compiler is here and the slot was not built
-        pytest.skip("the C step slot is not built here (no C compiler at install, or TRACETOOL_PURE_PYTHON)")
-    return str(request.param)
-
-
-@pytest.fixture(params=["c", "numpy"])
-def batch_packer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run a test with each way the writer turns a table's pending rows into a record batch: the C
-    packer (tracetool/_cpack.c, built at install where a compiler is) and the numpy path."""
-    import tracetool.writer as writer
-
-    if request.param == "numpy":
-        monkeypatch.setattr(writer, "_cpack", None)
-    elif writer._cpack is None:  # tests/unit/test_cpack.py fails when a compiler is here and it was not built
-        pytest.skip("the C batch packer is not built here (no C compiler at install, or TRACETOOL_PURE_PYTHON)")
-    return str(request.param)
-
-
 def write_table(path: Path, table: pa.Table, kind: str) -> None:
     """Write ``table`` as an Arrow IPC stream (arrows), IPC file (arrow) or Parquet."""
     if kind == "parquet":

@@ -1,4 +1,4 @@
-"""Reference GPUs and models (DOMAIN.md section 4): the numbers napkin math needs.
+"""Reference GPUs and models (docs/domain.md §4): the numbers napkin math needs.
 
 Used by ``tracetool estimate``, by the analyzers' roofline when ``meta.json``
 lacks model or hardware, and by the NVML collector to fill ``hardware`` from a

@@ -43,11 +43,16 @@ def _seq_len_value(n: Any) -> int | None:
     return None
 
 
+def _public_len(layer: Any) -> int | None:
+    n = layer.get_seq_length()
+    return n if type(n) is int else _seq_len_value(n)
+
+
 def _layer_strategy(layer_type: type) -> Callable[[Any], int | None]:
     names = {c.__name__ for c in layer_type.__mro__}
     if "DynamicLayer" in names or "QuantizedLayer" in names or "BaseQuantizedLayer" in names:
-        # shape reads or Python ints in every transformers version
-        return lambda layer: _seq_len_value(layer.get_seq_length())
+        # shape reads or Python ints in every transformers version: their public get_seq_length()
+        return _public_len
     if "StaticLayer" in names or "StaticSlidingWindowLayer" in names:
         # 4.5x computes on the device; 5.x returns a device tensor: CPU only
         def static(layer: Any) -> int | None:
@@ -148,7 +153,12 @@ def _find_cache(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bool, An
 
 def past_len(args: tuple[Any, ...], kwargs: dict[str, Any], q_len: int, batch: int) -> int | None:
     """Tokens already attended before this call, from CPU metadata only; None when unknown."""
-    given, cache = _find_cache(args, kwargs)
+    cache = kwargs.get("cache")
+    if cache is None:
+        cache = kwargs.get("past_key_values")
+    given = cache is not None  # the common case, a cache object passed by name, in two lookups
+    if not given:
+        given, cache = _find_cache(args, kwargs)
     if cache is not None:
         n = cache_seq_len(cache)
         if n is not None:

@@ -11,7 +11,7 @@ handling into a fast tokenizer). That pre-tokenizer keeps hyphenated and
 apostrophised words together with the "word" pattern ``^([a-z]+[-']?)+$``,
 whose nested quantifier backtracks exponentially when a long word does not
 match (here: a long word followed by punctuation, "internationalization,").
-That is a ReDoS, the textbook pathological tokenizer of DOMAIN.md §3: every
+That is a ReDoS, the textbook pathological tokenizer of docs/domain.md §3: every
 ``tokenizer(...)`` call spends hundreds of milliseconds in it, inside the
 tokenize span that ``tracetool record`` measures, and py-spy sees the time in
 ``split_words`` (a ``tokenize`` frame).

@@ -1,4 +1,4 @@
-"""``tracetool estimate`` reproduces DOMAIN.md §2 within 5 %."""
+"""``tracetool estimate`` reproduces docs/domain.md §2 within 5 %."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def test_llama_70b_fp8_tp2_8k(cli: Any) -> None:
     assert e["prefill_ms_ideal"] == pytest.approx(310, rel=0.05)
     assert e["weight_bytes"] == pytest.approx(69.5e9, rel=0.01)
     assert e["kv_bytes_per_token"] == 327_680
-    # 250 tokens at ~15 ms (70 % of the roofline) -> about 4 s of decode, as DOMAIN.md's 4-8 s
+    # 250 tokens at ~15 ms (70 % of the roofline) -> about 4 s of decode, as docs/domain.md's 4-8 s
     assert 3.5e3 < e["decode_ms"] < 8e3
     assert any("all-reduce" in n for n in e["notes"])
 

@@ -1,7 +1,7 @@
 """End-to-end tests over the committed sample traces (sample_traces/README.md).
 
 Each sample is a real recording (tracetool serve + probe + merge, or tracetool
-record --pyspy) made to show one story of DOMAIN.md §3. These tests hold the
+record --pyspy) made to show one story of docs/domain.md §3. These tests hold the
 samples to what the README says they show: they validate, stay small, open in
 ``tracetool info`` and ``tracetool export --perfetto``, and ``tracetool analyze
 --json`` reaches the intended bottleneck, findings and claim verdicts. When a

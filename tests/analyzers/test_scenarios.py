@@ -1,4 +1,4 @@
-"""DOMAIN.md §3: the usual misdiagnoses are caught, and the rule flips where it should.
+"""docs/domain.md §3: the usual misdiagnoses are caught, and the rule flips where it should.
 
 Each scenario is a trace written with plain pyarrow; each test states the expected
 bottleneck, claim verdicts and findings. A tool that blamed decode every time, or

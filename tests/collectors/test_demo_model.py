@@ -22,6 +22,7 @@ from tracetool.errors import BadInput
 from tracetool.meta import check_meta
 
 
+@pytest.mark.slow
 def test_same_seed_same_weights_other_seed_other_weights(tiny_shape: dict[str, int]) -> None:
     a, _ = load_demo_model(seed=3, **tiny_shape)
     b, _ = load_demo_model(seed=3, **tiny_shape)

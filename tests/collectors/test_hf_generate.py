@@ -12,9 +12,6 @@ import torch
 from collectors.hf import instrument_hf, traced_generate, unwrap_generate, wrap_tokenizer
 from collectors.torch_hooks import uninstrument
 
-#: every test here runs with the C timing slot and with the Python one
-pytestmark = pytest.mark.usefixtures("step_slot")
-
 PROMPTS = ["The keeper wrote the time", "Bread"]
 
 
@@ -116,7 +113,7 @@ def test_faults_in_the_writer_do_not_break_generation(hf: Any, recorder: Any, mo
     def disk_full(self: Any, batch: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(writer._StreamFile, "write_batch", disk_full)
+    monkeypatch.setattr(writer.StreamFile, "write_batch", disk_full)
     monkeypatch.setattr(rec, "tokens", lambda cols: (_ for _ in ()).throw(RuntimeError("sink bug")))
     out = traced_generate(model, rec, **enc, max_new_tokens=6, min_new_tokens=6, do_sample=False)
     torch.testing.assert_close(out, ref)

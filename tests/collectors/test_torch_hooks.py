@@ -14,9 +14,6 @@ import torch
 from collectors.torch_hooks import handle_of, instrument, uninstrument
 from collectors.torch_hooks.cuda import CudaStepTimer
 
-#: every test here runs with the C timing slot and with the Python one
-pytestmark = pytest.mark.usefixtures("step_slot")
-
 
 def decode_loop(model: Any, prompt_len: int, steps: int, batch: int = 1) -> None:
     """A hand-written greedy loop, the way custom engines drive a model."""

@@ -64,7 +64,7 @@ def _steps_feed(mp: pytest.MonkeyPatch, rec: Recorder) -> None:
         def append(self, item: Any) -> None:
             raise Injected("injected at torch wrapper: steps row")
 
-    # the list the Python timing slot hands raw steps to, taken when it is installed
+    # the list the timing function hands raw steps to, taken when it is installed
     mp.setattr(rec.writer.sink("steps"), "tuple_feed", lambda convert: Broken())
 
 
@@ -76,7 +76,7 @@ def _step_ids(mp: pytest.MonkeyPatch, rec: Recorder) -> None:
         def __next__(self) -> int:
             raise Injected("injected at torch wrapper: step id")
 
-    # the ids every timing slot (C and Python) draws a step's id from once the forward returned
+    # the ids the timing function draws a step's id from once the forward returned
     mp.setattr(torch_hooks, "_STEP_IDS", Broken())
 
 
@@ -95,11 +95,6 @@ HF_POINTS: dict[str, Callable[[pytest.MonkeyPatch, Recorder], None]] = {
 }
 #: Points reached only through real torch forward hooks (``instrument(method="hooks")``).
 HOOKS_METHOD = {"torch hooks: pre-forward", "torch hooks: post-forward"}
-#: Points in the Python timing slot only (the C slot writes its rows to a buffer of its own, where
-#: nothing but memory can fail); every other point runs with both slots.
-PYTHON_SLOT_ONLY = {"torch wrapper: steps row"}
-HF_CASES = [(point, impl) for point in sorted(HF_POINTS) for impl in ("c", "python")
-            if impl == "python" or point not in PYTHON_SLOT_ONLY]
 
 
 def _generate(model: Any, tok: Any) -> list[str]:
@@ -117,14 +112,10 @@ def hf(tiny: tuple[Any, Any]) -> Iterator[tuple[Any, Any]]:
     uninstrument(model)
 
 
-@pytest.mark.parametrize(("point", "impl"), HF_CASES)
-def test_hf_generate_completes_and_counts(point: str, impl: str, hf: tuple[Any, Any], tmp_path: Path,
+@pytest.mark.parametrize("point", sorted(HF_POINTS))
+def test_hf_generate_completes_and_counts(point: str, hf: tuple[Any, Any], tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     model, tok = hf
-    if impl == "python":
-        monkeypatch.setattr(torch_hooks, "_cstep", None)
-    elif torch_hooks._cstep is None:
-        pytest.skip("the C step slot is not built here (no C compiler at install, or TRACETOOL_PURE_PYTHON)")
     with torch.inference_mode():
         expected = _generate(model, tok)
     rec = Recorder(tmp_path / "t").start()

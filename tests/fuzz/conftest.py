@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The fuzz campaign is the slow tier: ``pytest -m "not slow"`` leaves it out (it runs
+    seconds to tens of seconds per test at the CI budget), ``pytest`` and CI run it."""
+    for item in items:
+        if HERE in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

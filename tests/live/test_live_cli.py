@@ -39,6 +39,7 @@ def test_bad_live_flags_are_usage_errors(cli, tmp_path: Path) -> None:
         assert "--live HOST:PORT" in help_text and "--live-flush-s" in help_text
 
 
+@pytest.mark.slow
 def test_live_flush_interval_reaches_the_writer(cli, tmp_path: Path) -> None:
     """--live-flush-s sets how often the writer flushes while live, and the trace says so;
     without it the default (LIVE_FLUSH_S) is used."""

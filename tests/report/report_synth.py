@@ -2,7 +2,7 @@
 
 A *workload* fixes what a CI job sends: a handful of requests with their
 prompt and output lengths. A *run* of it draws the timings from a seeded noise
-model shaped like a real decode-dominant chat server (DOMAIN.md §1):
+model shaped like a real decode-dominant chat server (docs/domain.md §1):
 
 * per run: a lognormal factor (σ 1 %) on every GPU-bound time — machine to
   machine and hour to hour drift that no resampling inside one run can see;

@@ -14,9 +14,6 @@ from tests.serving.conftest import span_durations
 from tracetool.reader import open_trace
 from tracetool.serving.engine import Engine, GenRequest
 
-#: every test here runs with the C timing slot and with the Python one
-pytestmark = pytest.mark.usefixtures("step_slot")
-
 TINY = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 2,
         "head_dim": 32, "intermediate_size": 128}
 PROMPTS = ["hello world this is", "a much longer prompt with many more words in it than the other one",

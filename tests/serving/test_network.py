@@ -20,7 +20,7 @@ from tracetool.serving.proxy import DelayProxy
 
 pytestmark = pytest.mark.slow
 
-RTT_MS = 200.0  # a cross-region round trip (DOMAIN.md: 25-250 ms)
+RTT_MS = 200.0  # a cross-region round trip (docs/domain.md §1: 25-250 ms)
 
 
 def probe(url: str, out: Path, n: int = 6, max_tokens: int = 8) -> None:

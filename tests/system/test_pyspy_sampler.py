@@ -187,7 +187,7 @@ def test_short_path() -> None:
 # -- real py-spy -----------------------------------------------------------------------------
 
 TOKENIZER = '''
-"""A deliberately slow pure-Python BPE tokenizer (the pathological case DOMAIN.md warns about)."""
+"""A deliberately slow pure-Python BPE tokenizer (the pathological case of docs/domain.md §3)."""
 import re
 
 PRETOKEN = re.compile(r"\\w+|[^\\w\\s]+|\\s+")

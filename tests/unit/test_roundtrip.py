@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pyarrow as pa
 
 from tracetool.reader import open_trace
 from tracetool.schema import TABLES
-from tracetool.writer import TraceWriter
+from tracetool.writer import Clock, TraceWriter
 
 ROWS = {
     "spans": [("r1", "server.request", 100, 900, "server"), ("r1", "client.request", 5, 1005, "client"),
@@ -29,7 +30,7 @@ ROWS = {
 }
 
 
-def test_every_table_round_trips(tmp_path: Path, batch_packer: str) -> None:
+def test_every_table_round_trips(tmp_path: Path) -> None:
     assert set(ROWS) == set(TABLES), "add rows for every table of the format"
     with TraceWriter(tmp_path, meta={"model": {"name": "m", "layers": 2}}) as w:
         for name, rows in ROWS.items():
@@ -77,6 +78,29 @@ def test_tuple_feed_rows_are_converted_by_the_flusher(tmp_path: Path) -> None:
     assert [(r["step_id"], r["end_ns"], r["kv_tokens"]) for r in rows] == [(1, 105, 11), (2, 205, 12), (3, 305, 13)]
 
 
+def test_an_ended_feed_is_drained_then_forgotten(tmp_path: Path) -> None:
+    """A producer that ends its feed (an uninstrumented model) loses no row it appended while
+    ending (a step in flight), and the sink does not keep one list per producer for good."""
+    def convert(raws: list[tuple[int, int]]) -> dict[str, list[int]]:
+        return {"step_id": [r[0] for r in raws], "start_ns": [r[1] for r in raws], "end_ns": [r[1] for r in raws],
+                "batch_size": [1] * len(raws), "prefill_tokens": [0] * len(raws),
+                "decode_tokens": [1] * len(raws), "kv_tokens": [1] * len(raws)}
+
+    w = TraceWriter(tmp_path, flush_interval_s=3600, flush_rows=10**9).start()
+    s = w.sink("steps")
+    for i in range(50):
+        feed = s.tuple_feed(convert)
+        feed.append((2 * i, 1))
+        s.end_feed(feed)
+        feed.append((2 * i + 1, 2))  # in flight as it ended
+        w.flush()
+    # a drain forgets what ended two drains before it (a sink with nothing pending is not drained)
+    assert len(s._feeds) <= 2, f"{len(s._feeds)} ended feeds are kept"
+    w.close()
+    rows = open_trace(tmp_path, strict=True).table("steps").column("step_id").to_pylist()
+    assert sorted(rows) == list(range(100))
+
+
 def test_declared_empty_table_means_recorded(tmp_path: Path) -> None:
     with TraceWriter(tmp_path, declare=("spans", "tokens")):
         pass
@@ -98,7 +122,7 @@ def test_rotation_into_segments_reads_as_one_table(tmp_path: Path) -> None:
     assert sorted(t.column("index").to_pylist()) == list(range(2_000))
 
 
-def test_full_buffer_drops_and_counts_without_blocking(tmp_path: Path, batch_packer: str) -> None:
+def test_full_buffer_drops_and_counts_without_blocking(tmp_path: Path) -> None:
     w = TraceWriter(tmp_path, max_pending_rows=100, flush_interval_s=3600, flush_rows=10**9).start()
     s = w.sink("tokens")
     for i in range(250):
@@ -109,7 +133,7 @@ def test_full_buffer_drops_and_counts_without_blocking(tmp_path: Path, batch_pac
     assert open_trace(tmp_path).rows("tokens") == 100
 
 
-def test_out_of_range_int32_becomes_null_not_wrapped(tmp_path: Path, batch_packer: str) -> None:
+def test_out_of_range_int32_becomes_null_not_wrapped(tmp_path: Path) -> None:
     with TraceWriter(tmp_path) as w:
         w.sink("tokens").append(("r", 0, 1, 2**40, None, None, None, None, None))
     assert open_trace(tmp_path).table("tokens").column("kv_len").to_pylist() == [None]
@@ -129,7 +153,7 @@ def test_tables_register_in_duckdb_without_copies(tmp_path: Path) -> None:
     assert con.execute("select count(*) from gpu").fetchone() == (0,), "unrecorded tables are empty, not missing"
 
 
-def test_small_batches_uncompressed_large_ones_lz4_in_one_stream(tmp_path: Path, batch_packer: str) -> None:
+def test_small_batches_uncompressed_large_ones_lz4_in_one_stream(tmp_path: Path) -> None:
     """Small flushes (a live recording's) skip LZ4's per-buffer cost; big ones compress; one stream."""
     from tracetool.writer import COMPRESS_MIN_ROWS
 
@@ -177,90 +201,112 @@ def test_meta_version_goes_up_with_every_change_the_live_forwarder_must_resend(t
     w.close()
 
 
+class SimClock(Clock):
+    """Simulated time for the writer's flusher thread, so that its timing is tested without a
+    sleep or a wall-clock assertion: the thread parks in :meth:`wait`; the test moves time on
+    with :meth:`run_until`, which wakes it at each deadline it asked for on the way, and returns
+    with the thread parked again (so rows the test appends next land while it sleeps)."""
+
+    def __init__(self) -> None:
+        self.t = 1_000.0
+        self.wakes = 0  # times the flusher woke up on its own (not to stop)
+        self._parks = 0
+        self._deadline: float | None = None
+        self._cv = threading.Condition()
+
+    def now(self) -> float:
+        return self.t
+
+    def wait(self, stop: threading.Event, timeout: float) -> bool:
+        with self._cv:
+            self._parks += 1
+            self._deadline = self.t + timeout
+            self._cv.notify_all()
+            while self.t < self._deadline and not stop.is_set():
+                self._cv.wait(0.05)  # to see stop (close() sets it without telling us)
+            self._deadline = None
+            if not stop.is_set():
+                self.wakes += 1
+            return stop.is_set()
+
+    def run_until(self, t: float) -> None:
+        with self._cv:
+            while True:
+                assert self._cv.wait_for(lambda: self._deadline is not None, 30), "the flusher never parked"
+                deadline = self._deadline
+                assert deadline is not None
+                if deadline > t:
+                    self.t = t
+                    return
+                parks = self._parks
+                self.t = deadline
+                self._cv.notify_all()
+                assert self._cv.wait_for(lambda p=parks: self._parks > p, 30), "the flusher did not park again"
+
+
+TOKEN = ("r", 0, 1, None, None, None, None, None, None)
+
+
 def test_a_live_rate_writer_flushes_on_time_without_polling_between(tmp_path: Path) -> None:
-    """The flusher sleeps until a table is due: at a 0.1 s interval every row reaches the file and
-    the thread wakes about ten times a second (a quarter-interval poll woke it forty times)."""
-    import time
-
-    w = TraceWriter(tmp_path, flush_interval_s=0.1).start()
-    wakes = 0
-    real = w._next_wait
-
-    def counted() -> float:
-        nonlocal wakes
-        wakes += 1
-        return real()
-
-    w._next_wait = counted  # type: ignore[method-assign]
-    time.sleep(0.15)  # the thread picks up the counting wrapper at its next wake
+    """The flusher sleeps until a table is due: at a 0.1 s interval every row reaches the file
+    within an interval of its append, and the thread wakes about ten times a second (a
+    quarter-interval poll woke it forty times)."""
+    clock = SimClock()
+    w = TraceWriter(tmp_path, flush_interval_s=0.1, clock=clock).start()
     s = w.sink("tokens")
-    t0 = time.monotonic()
-    wakes = 0
-    for i in range(20):
-        s.append(("r", i, 1, None, None, None, None, None, None))
-        time.sleep(0.05)
-    elapsed = time.monotonic() - t0
-    deadline = time.monotonic() + 2
-    while s.rows_written < 20 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    clock.run_until(clock.t + 0.5)  # settled, idle
+    start, wakes = clock.t, clock.wakes
+    appended: list[float] = []
+    for i in range(20):  # a row every 0.05 s for a second
+        s.append(TOKEN)
+        appended.append(clock.t)
+        clock.run_until(start + (i + 1) * 0.05)
+        late = sum(1 for a in appended if a <= clock.t - 0.1 - 0.002)  # older than an interval (+ the 2 ms floor)
+        assert s.rows_written >= late, (clock.t - start, s.rows_written, late)
+    clock.run_until(start + 1.2)
+    woke = clock.wakes - wakes
     w.close()
     assert s.rows_written == 20
-    assert wakes <= elapsed * 10 * 1.5 + 2, (wakes, elapsed)
-
-
-def _count_wakes(w: TraceWriter) -> list[int]:
-    """Count the flusher's wake-ups from now on (it picks the wrapper up at its next wake)."""
-    wakes = [0]
-    real = w._next_wait
-
-    def counted() -> float:
-        wakes[0] += 1
-        return real()
-
-    w._next_wait = counted  # type: ignore[method-assign]
-    return wakes
+    assert woke <= 1.2 * 10 + 2, woke
 
 
 def test_an_idle_writer_looks_in_about_once_a_second(tmp_path: Path) -> None:
     """Nothing pending: the flusher sleeps up to a second (a 0.1 s poll woke it ten times a
     second, each wake-up costing CPU the host pays); the first rows after the quiet spell still
     reach the file within about a second."""
-    import time
-
-    w = TraceWriter(tmp_path).start()  # default interval: 1 s
-    wakes = _count_wakes(w)
-    time.sleep(1.2)  # the wrapper is in place after the first wake
-    wakes[0] = 0
-    time.sleep(3.0)
-    idle = wakes[0]
+    clock = SimClock()
+    w = TraceWriter(tmp_path, clock=clock).start()  # default interval: 1 s
+    clock.run_until(clock.t + 1.2)
+    wakes = clock.wakes
+    clock.run_until(clock.t + 3.0)
+    idle = clock.wakes - wakes
     s = w.sink("tokens")
-    s.append(("r", 0, 1, None, None, None, None, None, None))
-    t0 = time.monotonic()
-    while s.rows_written < 1 and time.monotonic() - t0 < 5:
-        time.sleep(0.01)
-    waited = time.monotonic() - t0
+    s.append(TOKEN)
+    t0 = clock.t
+    while s.rows_written < 1 and clock.t - t0 < 5:
+        clock.run_until(clock.t + 0.01)
+    waited = clock.t - t0
     w.close()
-    assert idle <= 5, idle
-    assert s.rows_written == 1 and waited < 1.5, waited
+    assert idle <= 3, idle
+    assert s.rows_written == 1 and waited <= 1.0 + 0.01, waited
 
 
 def test_rows_arriving_fast_are_flushed_near_flush_rows(tmp_path: Path) -> None:
     """The flusher wakes when rows at their present rate reach flush_rows, not only at the
-    interval: at ~4,000 rows a second and flush_rows=400 no batch after the first grows far
+    interval: at 4,000 rows a second and flush_rows=400 no batch after the first grows far
     past 400 rows, though the interval (10 s) never comes due."""
-    import time
-
     import pyarrow.ipc as ipc
 
-    w = TraceWriter(tmp_path, flush_rows=400, flush_interval_s=10.0).start()
+    clock = SimClock()
+    w = TraceWriter(tmp_path, flush_rows=400, flush_interval_s=10.0, clock=clock).start()
     s = w.sink("tokens")
-    t0 = time.monotonic()
+    start = clock.t
     i = 0
-    while time.monotonic() - t0 < 2.0:
+    for k in range(200):  # 40 rows every 10 ms for 2 s
         for _ in range(40):
             s.append(("r", i, 1, None, None, None, None, None, None))
             i += 1
-        time.sleep(0.01)
+        clock.run_until(start + (k + 1) * 0.01)
     w.close()
     with ipc.open_stream(tmp_path / "tokens.arrows") as r:
         sizes = [b.num_rows for b in r]

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pyarrow.compute as pc
+import pytest
 
 from tracetool.reader import open_trace
 
@@ -29,6 +30,7 @@ with rec.request("r") as req:
 """
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_keeps_every_flushed_row(tmp_path: Path) -> None:
     rng = random.Random(1234)
     for attempt in range(4):

@@ -19,8 +19,8 @@ from tracetool.live.protocol import TOKEN_ENV, Address, parse_address
 #: How often the writer flushes while live, by default (``--live-flush-s``). What a flush costs
 #: the host (the writer's, the forwarder's and the endpoint process's wake-ups, and the engine's
 #: caches they cool) is the same whatever its size, so this sets most of what watching costs:
-#: at 0.1 s the soak's live recording cost ~37 µs of CPU per token on those three threads, at
-#: 0.2 s ~18 (benchmarks/RESULTS.md). 0.2 s is what the viewer redraws at (``attach --refresh-s``).
+#: about twice as much at 0.1 s as at 0.2 s (``benchmarks/bench_live_flush.py``, figures in
+#: benchmarks/RESULTS.md). 0.2 s is what the viewer redraws at (``attach --refresh-s``).
 LIVE_FLUSH_S = 0.2
 
 

@@ -3,13 +3,12 @@
 The live endpoint process and ``tracetool attach`` often run on the same host as
 the server they watch. Both lower their CPU priority (``nice``), so that when
 the host is short of CPU the scheduler gives it to the server first; on an idle
-core a niced process runs exactly as fast. Measured on a 2-core box (the soak's
-server at concurrency 32 with an ``attach --record`` viewer, per-thread CPU from
-/proc over one window of 256 requests): at equal priority the server's engine
-thread spent 3.25 ms of CPU per token against 2.76-2.93 ms without a viewer,
-its throughput 284-302 tok/s against 324-345 (the viewer's and endpoint's wake-ups
-preempt the engine and cool its caches); with both niced 348 tok/s, engine
-2.67 ms per token.
+core a niced process runs exactly as fast. On a 2-core box (the soak's server
+at concurrency 32 with an ``attach --record`` viewer, per-thread CPU from /proc)
+the viewer's and endpoint's wake-ups at equal priority preempted the engine and
+cooled its caches: the engine thread spent more CPU per token and the server
+served fewer tokens per second than without a viewer; with both niced, as many
+as without one.
 
 On Linux a nice value belongs to a thread and is inherited by the threads and
 processes it starts, so this is called first, from the main thread.

@@ -82,8 +82,8 @@ class TraceApp(App[int]):
     #: The GIL switch interval (seconds) while attached to a live source. A live TUI runs the UI,
     #: a client thread per stream and the analyses side by side; an analysis thread that gets the
     #: GIL back after each DuckDB call otherwise waits up to Python's default 5 ms each time,
-    #: behind threads that hold it for whole slices (bench_live.py --only view: 5k tok/s window,
-    #: 3.1-3.8 analysed views/s at 5 ms, 3.8-4.6 at 1 ms). Restored when the app unmounts.
+    #: behind threads that hold it for whole slices (``bench_live.py --only view`` measured more
+    #: analysed views per second at 1 ms). Restored when the app unmounts.
     LIVE_SWITCH_INTERVAL_S: ClassVar[float] = 0.001
 
     #: The latest analysed snapshot (None until the first analysis finishes).

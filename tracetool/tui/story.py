@@ -34,7 +34,7 @@ class Suspect:
     findings: tuple[str, ...]
 
 
-#: The usual suspects (DOMAIN.md §3), in the order a request meets them.
+#: The usual suspects (docs/domain.md §3), in the order a request meets them.
 SUSPECTS = (
     Suspect("network RTT", "network", ("network",),
             ("network-dominant", "network-slow-link", "short-outputs", "network-not-bottleneck",
@@ -98,7 +98,7 @@ class Story:
 
 
 def stories() -> list[Story]:
-    """The analyzer's claim catalogue, the popular misdiagnoses first (DOMAIN.md §3)."""
+    """The analyzer's claim catalogue, the popular misdiagnoses first (docs/domain.md §3)."""
     from analyzers import CLAIMS
 
     first = ("network", "tokenize", "compute-bound", "throughput", "queue", "prefill", "decode")

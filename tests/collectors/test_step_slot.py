@@ -1,14 +1,12 @@
-"""The C timing slot (collectors/torch_hooks/_cstep.c) against the Python one: built where it can
-be, the same steps for the same calls, the inline path taken where the Python slot takes it, rows
-capped and counted, and no reference from the trace back to the model."""
+"""The timing function on real and look-alike caches: where instrument() puts it (the dispatch),
+the private torch names it relies on, the same steps read from every cache API, rows capped and
+counted, torch.jit.trace unchanged, steps from several threads, and no reference from the trace
+back to the model."""
 
 from __future__ import annotations
 
 import copy
 import gc
-import shlex
-import shutil
-import sysconfig
 import threading
 import weakref
 from typing import Any
@@ -17,36 +15,81 @@ import pytest
 import torch
 
 import collectors.torch_hooks as th
-from collectors.hf import instrument_hf, unwrap_generate, unwrap_tokenizer
-from collectors.torch_hooks import HookHandle, instrument, uninstrument
-
-PROMPTS = ["The keeper wrote the time", "Bread"]
+from collectors.torch_hooks import instrument, uninstrument
 
 
-def test_the_c_step_slot_is_built_where_a_compiler_is() -> None:
-    import os
-
-    if os.environ.get("TRACETOOL_PURE_PYTHON"):
-        pytest.skip("TRACETOOL_PURE_PYTHON asks for the Python slot")
-    cc = shlex.split(sysconfig.get_config_var("CC") or "cc")[0]
-    if shutil.which(cc) is None:
-        pytest.skip(f"no C compiler ({cc}) here: the install skipped the optional C slot")
-    assert th._cstep is not None, (
-        f"{cc} is here but collectors.torch_hooks._cstep was not built: pip install -e . builds it")
-
-
-@pytest.fixture
-def cslot() -> Any:
-    if th._cstep is None:
-        pytest.skip("the C step slot is not built here (no C compiler at install, or TRACETOOL_PURE_PYTHON)")
-    return th._cstep
+def test_torch_still_has_the_call_slot_the_default_method_takes() -> None:
+    """Module.__call__ runs ``_compiled_call_impl`` when set, else ``_call_impl``: private torch
+    names. Where an installed torch moved them, instrument() would quietly fall back to the
+    forward wrapper; this says so loudly instead."""
+    m = torch.nn.Linear(2, 2)
+    assert getattr(m, th._SLOT, False) is None, (
+        f"torch {torch.__version__}: torch.nn.Module.{th._SLOT} moved; collectors/torch_hooks "
+        "_take_call_slot() must follow it")
+    assert callable(getattr(m, th._CALL_IMPL, None)), (
+        f"torch {torch.__version__}: torch.nn.Module.{th._CALL_IMPL} moved; collectors/torch_hooks "
+        "_take_call_slot() must follow it")
+    calls: list[str] = []
+    m.__dict__[th._SLOT] = lambda *a, **k: calls.append("slot")
+    m(torch.zeros(1, 2))
+    assert calls == ["slot"], f"torch {torch.__version__}: Module.__call__ no longer runs {th._SLOT}"
 
 
-def _generate(model: Any, tok: Any) -> list[list[int]]:
-    enc = tok(PROMPTS, return_tensors="pt", padding=True)
-    with torch.inference_mode():
-        out = model.generate(**enc, max_new_tokens=5, min_new_tokens=5, do_sample=False)
-    return [list(map(int, r)) for r in out]
+class _Plain(torch.nn.Module):
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return input_ids
+
+
+class _NotAModule:
+    """A callable that is not a torch Module (a gpt-fast-style engine object, say)."""
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return input_ids
+
+    def __call__(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.forward(input_ids)
+
+
+@pytest.mark.parametrize(("kind", "asked", "got"), [
+    ("module", "call", "call"), ("module", "wrap", "wrap"), ("module", "hooks", "hooks"),
+    ("compiled", "call", "wrap"), ("not a module", "call", "wrap")])
+def test_dispatch_puts_the_one_timing_function_where_the_model_takes_it(
+        kind: str, asked: str, got: str, recorder: Any, read: Any) -> None:
+    """Where each method puts the timing, and that each place times the call: the call slot
+    (the default), the instance forward (a compiled module, or anything that is not a torch
+    Module) or torch's forward hooks."""
+    m: Any = _NotAModule() if kind == "not a module" else _Plain()
+    if kind == "compiled":
+        m.compile()  # lazy: nothing is compiled until a call
+    before = dict(vars(m))
+    rec = recorder()
+    h = instrument(m, rec, method=asked)
+    assert h.method == got
+    placed = {"call": m.__dict__.get(th._SLOT) is not before.get(th._SLOT),
+              "wrap": "forward" in m.__dict__,
+              "hooks": bool(getattr(m, "_forward_pre_hooks", None))}
+    assert [k for k, v in placed.items() if v] == [got]
+    if kind != "compiled":  # a compiled call would run inductor: not this test's business
+        x = torch.zeros(1, 3)
+        assert torch.equal(m(x), x)
+        steps = read(rec).table("steps").to_pylist()
+        assert steps and steps[0]["prefill_tokens"] == 3
+    uninstrument(m)
+    assert vars(m).keys() == before.keys() and vars(m).get(th._SLOT) is before.get(th._SLOT)
+
+
+def _from_the_cache_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make a step whose kv_len does not come from CPU metadata fail (counted as a collector
+    error): otherwise the tokens-fed counter would give the same kv_len in a plain loop."""
+    real = th.past_len
+
+    def strict(*a: Any, **k: Any) -> Any:
+        n = real(*a, **k)
+        if n is None:
+            raise AssertionError("kv_len was not read from the cache")
+        return n
+
+    monkeypatch.setattr(th, "past_len", strict)
 
 
 def _steps(read: Any, rec: Any) -> list[tuple[int, int, int, int]]:
@@ -54,33 +97,15 @@ def _steps(read: Any, rec: Any) -> list[tuple[int, int, int, int]]:
     return [(r["batch_size"], r["prefill_tokens"], r["decode_tokens"], r["kv_tokens"]) for r in rows]
 
 
-def test_c_and_python_slots_record_the_same_steps(cslot: Any, tiny: tuple[Any, Any], recorder: Any, read: Any,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    got = {}
-    for impl in ("c", "python"):
-        model, tok = copy.deepcopy(tiny[0]), copy.deepcopy(tiny[1])
-        if impl == "python":
-            monkeypatch.setattr(th, "_cstep", None)
-        rec = recorder(impl)
-        instrument_hf(model, tok, rec)
-        assert th.handle_of(model) is not None
-        assert th.handle_of(model).accelerated is (impl == "c")  # type: ignore[union-attr]
-        out = _generate(model, tok)
-        unwrap_generate(model)
-        unwrap_tokenizer(tok)
-        uninstrument(model)
-        got[impl] = (out, _steps(read, rec), read(rec).table("tokens").num_rows, rec.errors)
-        monkeypatch.undo()
-    assert got["c"] == got["python"]
-    steps = got["c"][1]
-    assert len(steps) == 5 and steps[0][0] == 2 and steps[0][1] > 0 and all(s[2] == 2 for s in steps[1:])
-
-
 def _cache_44() -> Any:
-    """What transformers 4.4x's DynamicCache looks like to the slots: a class named DynamicCache
-    with a ``key_cache`` list of tensors."""
-    cls = type("DynamicCache", (), {})
-    cache = cls()
+    """What transformers 4.4x's DynamicCache looks like to the collector: a class named
+    DynamicCache with a ``key_cache`` list of tensors, and its public ``get_seq_length``."""
+
+    def get_seq_length(self: Any, layer_idx: int = 0) -> int:
+        kc = self.key_cache
+        return 0 if len(kc) <= layer_idx or kc[layer_idx].numel() == 0 else int(kc[layer_idx].shape[-2])
+
+    cache = type("DynamicCache", (), {"get_seq_length": get_seq_length})()
     cache.key_cache = []
     return cache
 
@@ -98,20 +123,11 @@ class _Model44(torch.nn.Module):
         return input_ids
 
 
-def _never_general(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make the general path fail: a step that takes it is counted as an error."""
-    def broken(*a: Any, **k: Any) -> Any:
-        raise AssertionError("the general path was taken")
-
-    monkeypatch.setattr(HookHandle, "_pre", broken)
-
-
-@pytest.mark.usefixtures("step_slot")
-def test_a_4x_dynamic_cache_is_read_inline(recorder: Any, read: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_4x_dynamic_cache_is_read(recorder: Any, read: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     rec = recorder()
     m = _Model44()
     instrument(m, rec)
-    _never_general(monkeypatch)
+    _from_the_cache_only(monkeypatch)
     cache = _cache_44()
     m(torch.zeros(1, 4, dtype=torch.long), past_key_values=cache)
     for _ in range(3):
@@ -120,8 +136,7 @@ def test_a_4x_dynamic_cache_is_read_inline(recorder: Any, read: Any, monkeypatch
     assert _steps(read, rec) == [(1, 4, 0, 4), (1, 0, 1, 5), (1, 0, 1, 6), (1, 0, 1, 7)]
 
 
-@pytest.mark.usefixtures("step_slot")
-def test_a_dynamic_cache_is_read_inline_and_odd_calls_take_the_general_path(
+def test_a_dynamic_cache_is_read_and_a_call_without_one_is_still_a_step(
         tiny: tuple[Any, Any], recorder: Any, read: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from transformers import DynamicCache
 
@@ -131,23 +146,26 @@ def test_a_dynamic_cache_is_read_inline_and_odd_calls_take_the_general_path(
     cache = DynamicCache()
     with torch.no_grad():
         model(torch.arange(3, 9).unsqueeze(0), past_key_values=cache, cache=cache, use_cache=True)  # positional
-        _never_general(monkeypatch)
+        _from_the_cache_only(monkeypatch)
         for i in range(2):
             model(input_ids=torch.tensor([[5]]), past_key_values=cache, cache=cache, use_cache=True)
             assert h.last is not None and (h.last.q_len, h.last.kv_len, h.last.prefill) == (1, 7 + i, False)
         assert rec.errors == 0
         monkeypatch.undo()
-        model(input_ids=torch.tensor([[3, 4]]))  # no cache object: the general path
+        model(input_ids=torch.tensor([[3, 4]]))  # no cache object: q_len, a fresh sequence
         assert h.last is not None and (h.last.q_len, h.last.kv_len, h.last.prefill) == (2, 2, True)
     assert _steps(read, rec) == [(1, 6, 0, 6), (1, 0, 1, 7), (1, 0, 1, 8), (1, 2, 0, 2)]
 
 
 class DynamicLayer:
-    """transformers 4.56's DynamicLayer as the slots see it: ``keys`` None until the first
-    update, and no ``is_initialized`` (4.57 added it)."""
+    """transformers 4.56's DynamicLayer as the collector sees it: ``keys`` None until the first
+    update, no ``is_initialized`` (4.57 added it), and its public ``get_seq_length``."""
 
     def __init__(self) -> None:
         self.keys: Any = None
+
+    def get_seq_length(self) -> int:
+        return 0 if self.keys is None or self.keys.numel() == 0 else int(self.keys.shape[-2])
 
 
 class _Model456(torch.nn.Module):
@@ -160,13 +178,12 @@ class _Model456(torch.nn.Module):
         return input_ids
 
 
-@pytest.mark.usefixtures("step_slot")
-def test_a_456_dynamic_layer_without_is_initialized_is_read_inline(
+def test_a_456_dynamic_layer_without_is_initialized_is_read(
         recorder: Any, read: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     rec = recorder()
     m = _Model456()
     h = instrument(m, rec)
-    _never_general(monkeypatch)
+    _from_the_cache_only(monkeypatch)
     cache = type("DynamicCache", (), {})()
     cache.layers = [DynamicLayer()]
     m(torch.zeros(1, 5, dtype=torch.long), past_key_values=cache)
@@ -177,7 +194,6 @@ def test_a_456_dynamic_layer_without_is_initialized_is_read_inline(
     assert _steps(read, rec) == [(1, 5, 0, 5), (1, 0, 1, 6), (1, 0, 1, 7)]
 
 
-@pytest.mark.usefixtures("step_slot")
 def test_rows_beyond_the_cap_are_dropped_and_counted(tiny: tuple[Any, Any], recorder: Any, read: Any) -> None:
     from transformers import DynamicCache
 
@@ -213,16 +229,14 @@ class _Outer(torch.nn.Module):
         return self.inner(x, cache=self.cache)
 
 
-@pytest.mark.usefixtures("step_slot")
 def test_torch_jit_trace_sees_the_module_scopes_it_sees_without_the_collector(
         recorder: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The slot calls forward directly, skipping _call_impl, only where _call_impl would do the
-    same: under torch.jit.trace of a module, which records each module's scope through
-    _call_impl's _slow_forward, the instrumented module keeps its scope; under a traced function
-    (no scopes recorded) the step is still read inline and timed."""
+    """The slot calls _call_impl, so under torch.jit.trace of a module, which records each
+    module's scope through _call_impl's _slow_forward, the instrumented module keeps its scope;
+    under a traced function (no scopes recorded) the step is still read from the cache and timed."""
     from transformers import DynamicCache
 
-    cache = DynamicCache()  # one initialized layer of 5 positions: the inline path reads it
+    cache = DynamicCache()  # one initialized layer of 5 positions
     cache.update(torch.zeros(1, 2, 5, 4), torch.zeros(1, 2, 5, 4), 0)
     x = torch.ones(1, 4, dtype=torch.long)
 
@@ -239,14 +253,13 @@ def test_torch_jit_trace_sees_the_module_scopes_it_sees_without_the_collector(
     assert "__module.inner" in want
     assert scopes(model) == want
     assert h.last is not None and (h.last.batch, h.last.q_len, h.last.kv_len) == (1, 4, 9)
-    _never_general(monkeypatch)
+    _from_the_cache_only(monkeypatch)
     with torch.no_grad():
         torch.jit.trace(lambda t: model.inner(t, cache=cache), x)
     assert rec.errors == 0
     assert h.last is not None and h.last.kv_len == 9
 
 
-@pytest.mark.usefixtures("step_slot")
 def test_the_trace_keeps_no_uninstrumented_model_alive(tiny: tuple[Any, Any], recorder: Any, read: Any) -> None:
     model = copy.deepcopy(tiny[0])
     rec = recorder()
@@ -261,7 +274,7 @@ def test_the_trace_keeps_no_uninstrumented_model_alive(tiny: tuple[Any, Any], re
     assert read(rec).rows("steps") == 1  # its row still reached the trace
 
 
-def test_steps_from_several_threads_all_arrive_once(cslot: Any, tiny: tuple[Any, Any], recorder: Any,
+def test_steps_from_several_threads_all_arrive_once(tiny: tuple[Any, Any], recorder: Any,
                                                     read: Any) -> None:
     from transformers import DynamicCache
 
@@ -283,21 +296,3 @@ def test_steps_from_several_threads_all_arrive_once(cslot: Any, tiny: tuple[Any,
     steps = read(rec).table("steps").to_pylist()
     assert len(steps) == 200 and len({s["step_id"] for s in steps}) == 200
     assert sorted(s["kv_tokens"] for s in steps) == sorted(list(range(3, 53)) * 4)
-
-
-def test_step_rows_buffer(cslot: Any) -> None:
-    rows = cslot.StepRows(2)
-    assert (len(rows), rows.max_rows, rows.take()) == (0, 2, b"")
-    assert rows.push((1, 2, 3, 4, 5, 6, 1)) and rows.push([7, 8, 9, 10, 11, 12, 0])
-    assert not rows.push((1, 2, 3, 4, 5, 6, 1))  # full: the caller counts it
-    assert len(rows) == 2
-    import numpy as np
-
-    assert np.frombuffer(rows.take(), dtype=np.int64).tolist() == [1, 2, 3, 4, 5, 6, 1, 7, 8, 9, 10, 11, 12, 0]
-    assert len(rows) == 0
-    with pytest.raises(ValueError):
-        rows.push((1, 2, 3))
-    with pytest.raises(TypeError):
-        rows.push((1, 2, 3, 4, 5, 6, "x"))
-    with pytest.raises(ValueError):
-        cslot.StepRows(-1)

@@ -1,0 +1,34 @@
+"""benchmarks/RESULTS.md is the rendering of benchmarks/results/*.json, one table, kept short."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _renderer():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("render_results", REPO / "benchmarks" / "render_results.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_results_page_is_what_the_result_files_render() -> None:
+    r = _renderer()
+    page = (REPO / "benchmarks" / "RESULTS.md").read_text()
+    assert page == r.render(r.load()), "run python benchmarks/render_results.py after a benchmark"
+    assert len(page.splitlines()) <= 150
+
+
+def test_every_figure_carries_what_the_page_shows() -> None:
+    for p in sorted((REPO / "benchmarks" / "results").glob("*.json")):
+        body = json.loads(p.read_text())
+        assert body["schema"] == 1 and p.stem == body["benchmark"], p
+        assert body["command"] and body["machine"] and body["date"] and body["commit"], p
+        for f in body["figures"]:
+            assert f["what"] and isinstance(f["value"], (int, float)) and "unit" in f, (p, f)
+            assert (f.get("met") is None) == (f.get("target") is None), (p, f["what"])
