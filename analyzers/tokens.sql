@@ -117,7 +117,8 @@ LEFT JOIN (SELECT DISTINCT trace, request_id FROM requests WHERE status = 'error
 -- @column client_itl_ms: Gap to the previous token on the client clock (client_recv_ns), milliseconds; null unless both tokens carry it.
 -- @column itl_ms: Inter-token latency, milliseconds: client_itl_ms where measured, else server_itl_ms.
 -- @column itl_clock: Which clock itl_ms comes from: 'client' or 'server'.
--- @column host_ms: server_itl_ms - step_ms, milliseconds: time between forward passes (scheduling, sampling, detokenize, Python).
+-- @column host_ms: server_itl_ms - step_ms, not below 0, milliseconds, on the first token of an emission (null on the others): time outside this request's forward pass. With a steps table that includes other iterations; host_overhead separates them.
+-- @column emission: True when the token opens a new emission (itl_ms > 0); tokens streamed together (one chunk, a speculative step's accepted tokens) share one gap.
 -- @column failed: True when the request failed (requests.status = 'error').
 CREATE OR REPLACE VIEW tokens_gaps AS
 SELECT
@@ -125,7 +126,8 @@ SELECT
     server_itl_ms, client_itl_ms,
     coalesce(client_itl_ms, server_itl_ms) AS itl_ms,
     CASE WHEN client_itl_ms IS NOT NULL THEN 'client' ELSE 'server' END AS itl_clock,
-    server_itl_ms - step_ms AS host_ms,
+    CASE WHEN server_itl_ms > 0 AND step_ms IS NOT NULL THEN greatest(server_itl_ms - step_ms, 0) END AS host_ms,
+    coalesce(client_itl_ms, server_itl_ms) > 0 AS emission,
     failed
 FROM (
     SELECT
@@ -154,8 +156,8 @@ WHERE index > 0 AND server_itl_ms IS NOT NULL;
 -- @column trace: Trace label.
 -- @column request_id: Request id.
 -- @column request_key: Integer key of the request.
--- @column gaps: Tokens with an ITL (count).
--- @column itl_mean_ms: Mean ITL, milliseconds.
+-- @column gaps: Emissions with an ITL (count).
+-- @column itl_mean_ms: Mean ITL per emission, milliseconds.
 -- @column itl_p50_ms: Median ITL, milliseconds.
 -- @column itl_p90_ms: 90th percentile ITL, milliseconds.
 -- @column itl_p99_ms: 99th percentile ITL, milliseconds.
@@ -165,25 +167,28 @@ SELECT trace, request_id, request_key, count(*) AS gaps, avg(itl_ms) AS itl_mean
     quantile_cont(itl_ms, 0.5) AS itl_p50_ms, quantile_cont(itl_ms, 0.9) AS itl_p90_ms,
     quantile_cont(itl_ms, 0.99) AS itl_p99_ms, max(itl_ms) AS itl_max_ms
 FROM tokens_gaps
+WHERE emission
 GROUP BY trace, request_id, request_key;
 
 -- @table tokens_gap_stats
 -- The statistics that need tokens in order (they use each token's gap to the
 -- previous one), in one pass over tokens_gaps of successful requests: ITL
--- percentiles, host time between steps, and the moment sums that fit
+-- percentiles per emission (a chunk of tokens streamed together counts once, as
+-- vLLM bench serve counts them; TPOT stays per token), host time between steps, and the moment sums that fit
 -- server-side ITL against kv_len (the decode fit's basis when no step times
 -- were recorded). One row.
--- @column gaps: Tokens with an ITL (count).
--- @column client_gaps: Of those, tokens whose ITL is client-side (count).
--- @column itl_mean_ms: Mean ITL, milliseconds.
+-- @column gaps: Emissions with an ITL: tokens with a gap above 0 (count).
+-- @column gap_tokens: Tokens after token 0 with a gap, zero gaps included (count).
+-- @column client_gaps: Of the emissions, those whose ITL is client-side (count).
+-- @column itl_mean_ms: Mean ITL per emission, milliseconds.
 -- @column itl_p50_ms: Median ITL, milliseconds (linear interpolation, as numpy).
 -- @column itl_p90_ms: 90th percentile ITL, milliseconds.
 -- @column itl_p95_ms: 95th percentile ITL, milliseconds.
 -- @column itl_p99_ms: 99th percentile ITL, milliseconds.
--- @column host_gaps: Tokens with both a gap and a step time (count).
--- @column host_sum_ms: Sum of host_ms (server gap minus step time) over those, milliseconds.
+-- @column host_gaps: Emissions with both a server-side gap and a step time (count).
+-- @column host_sum_ms: Sum of host_ms (server gap minus step time, not below 0) over those, milliseconds.
 -- @column host_step_sum_ms: Sum of step time over those, milliseconds.
--- @column itl_fit_n: Tokens with kv_len (count): the ITL fit and the roofline's ITL basis.
+-- @column itl_fit_n: Emissions with kv_len (count): the ITL fit and the roofline's ITL basis.
 -- @column itl_fit_sx: Sum of kv_len over those tokens, tokens.
 -- @column itl_fit_sxx: Sum of kv_len squared, tokens squared.
 -- @column itl_fit_sy: Sum of server-side ITL, milliseconds.
@@ -192,24 +197,26 @@ GROUP BY trace, request_id, request_key;
 CREATE OR REPLACE TEMP TABLE tokens_gap_stats AS
 WITH s AS (
     SELECT
-        count(*) AS gaps,
-        count(client_itl_ms) AS client_gaps,
-        favg(itl_ms) AS itl_mean_ms,
-        quantile_cont(itl_ms, [0.5, 0.9, 0.95, 0.99]) AS q,
+        count(*) FILTER (WHERE emission) AS gaps,
+        count(*) AS gap_tokens,
+        count(client_itl_ms) FILTER (WHERE emission) AS client_gaps,
+        favg(itl_ms) FILTER (WHERE emission) AS itl_mean_ms,
+        quantile_cont(itl_ms, [0.5, 0.9, 0.95, 0.99]) FILTER (WHERE emission) AS q,
         count(host_ms) AS host_gaps,
         sum(host_ms) AS host_sum_ms,
-        sum(step_ms) AS host_step_sum_ms,
-        count(kv_len) AS itl_fit_n,
-        sum(kv_len::DOUBLE) AS itl_fit_sx,
-        sum(kv_len::DOUBLE * kv_len) AS itl_fit_sxx,
-        sum(CASE WHEN kv_len IS NOT NULL THEN server_itl_ms END) AS itl_fit_sy,
-        sum(CASE WHEN kv_len IS NOT NULL THEN server_itl_ms * server_itl_ms END) AS itl_fit_syy,
-        sum(kv_len * server_itl_ms) AS itl_fit_sxy
+        sum(step_ms) FILTER (WHERE host_ms IS NOT NULL) AS host_step_sum_ms,
+        count(kv_len) FILTER (WHERE server_itl_ms > 0) AS itl_fit_n,
+        sum(kv_len::DOUBLE) FILTER (WHERE server_itl_ms > 0) AS itl_fit_sx,
+        sum(kv_len::DOUBLE * kv_len) FILTER (WHERE server_itl_ms > 0) AS itl_fit_sxx,
+        sum(CASE WHEN kv_len IS NOT NULL THEN server_itl_ms END) FILTER (WHERE server_itl_ms > 0) AS itl_fit_sy,
+        sum(CASE WHEN kv_len IS NOT NULL THEN server_itl_ms * server_itl_ms END) FILTER (WHERE server_itl_ms > 0)
+            AS itl_fit_syy,
+        sum(kv_len * server_itl_ms) FILTER (WHERE server_itl_ms > 0) AS itl_fit_sxy
     FROM tokens_gaps
     WHERE NOT failed
 )
 SELECT
-    gaps, client_gaps, itl_mean_ms,
+    gaps, gap_tokens, client_gaps, itl_mean_ms,
     q[1] AS itl_p50_ms, q[2] AS itl_p90_ms, q[3] AS itl_p95_ms, q[4] AS itl_p99_ms,
     host_gaps, coalesce(host_sum_ms, 0) AS host_sum_ms, coalesce(host_step_sum_ms, 0) AS host_step_sum_ms,
     itl_fit_n, coalesce(itl_fit_sx, 0) AS itl_fit_sx, coalesce(itl_fit_sxx, 0) AS itl_fit_sxx,
