@@ -42,8 +42,10 @@ SELECT count(*) AS n, max(z) AS z_max, sum(x) AS sx, sum(z) AS sz, sum(y) AS sy,
     sum(y * y) AS syy, min(x)::BIGINT AS x_min, max(x)::BIGINT AS x_max
 FROM s;
 
--- The two-regressor fit y = base + a x + b z from the centred moments; with no spread
--- of batch size (one size throughout), b is 0 and a is the plain slope.
+-- The two-regressor fit y = base + a x + b z from the centred moments. When batch size
+-- barely varies, or moves with the KV tokens (squared correlation above 0.9: a batch
+-- draining at steady context), the two cannot be told apart and noise would split the
+-- time between them at random: then b is 0 and a is the plain slope on KV tokens.
 CREATE OR REPLACE TEMP TABLE _decode_step_fit AS
 WITH c AS (
     SELECT n, sy / n AS ym, sx / n AS xm, sz / n AS zm,
@@ -60,11 +62,9 @@ d AS (
 ),
 f AS (
     SELECT *,
-        CASE WHEN x_ok AND z_ok AND det > 1e-9 * cxx * czz THEN (czz * cxy - cxz * czy) / det
-             WHEN x_ok THEN cxy / cxx END AS a,
-        CASE WHEN x_ok AND z_ok AND det > 1e-9 * cxx * czz THEN (cxx * czy - cxz * cxy) / det
-             WHEN x_ok THEN 0.0 END AS b
-    FROM d
+        CASE WHEN two THEN (czz * cxy - cxz * czy) / det WHEN x_ok THEN cxy / cxx END AS a,
+        CASE WHEN two THEN (cxx * czy - cxz * cxy) / det WHEN x_ok THEN 0.0 END AS b
+    FROM (SELECT *, x_ok AND z_ok AND det > 0.1 * cxx * czz AS two FROM d)
 )
 SELECT n, ym AS mean_ms, a, b, ym - a * xm - b * zm AS base,
     CASE WHEN a IS NOT NULL AND cyy > 1e-12 * greatest(cyy + ym * ym * n, 1e-300)
@@ -86,7 +86,7 @@ FROM f;
 -- @column n: Tokens in the fit (count; iterations on the batch-step basis).
 -- @column base_ms: Intercept: time at kv_len 0 (batch-step: at 0 KV tokens and batch 0), milliseconds.
 -- @column per_1k_kv_ms: Slope: added time per 1,000 tokens of kv_len (batch-step: of the step's summed KV tokens), milliseconds.
--- @column per_seq_ms: Batch-step basis only: added time per sequence in the batch at equal KV tokens, milliseconds; null on other bases.
+-- @column per_seq_ms: Batch-step basis only: added time per sequence in the batch at equal KV tokens, milliseconds (0 when batch size and KV tokens cannot be told apart); null on other bases.
 -- @column r2: Coefficient of determination, 0..1.
 -- @column mean_ms: Mean of the fitted time (step or ITL), milliseconds.
 -- @column kv_len_min: Smallest kv_len among decode tokens (batch-step: smallest summed kv_tokens of an iteration), tokens.

@@ -192,7 +192,9 @@ WITH f AS (
                 || '): the step has crossed to the compute side of the roofline', '') END},
     {'id': 'kv-growth', 'detail': CASE WHEN s.fit_per_1k_kv_ms > 0 AND s.fit_r2 >= t.kv_growth_r2 AND s.kv_growth_pct >= t.kv_growth_pct
             THEN coalesce(s.fit_basis || ' time = ' || _ms(s.fit_base_ms) || ' + ' || _f(s.fit_per_1k_kv_ms, 3)
-                || ' ms per 1k KV tokens (r2 ' || _f(s.fit_r2, 2) || ', ' || _n(s.fit_n) || ' tokens): +'
+                || ' ms per 1k KV tokens (r2 ' || _f(s.fit_r2, 2) || ', ' || _n(s.fit_n)
+                || CASE WHEN s.fit_basis = 'batch-step' THEN ' decode iterations, KV summed over the batch' ELSE ' tokens' END
+                || '): +'
                 || _f(s.kv_growth_pct, 0) || ' % from kv_len ' || _n(s.kv_len_min) || ' to ' || _n(s.kv_len_max)
                 || coalesce('; the roofline predicts ' || _f(s.ideal_per_1k_kv_ms, 3) || ' ms per 1k', ''), '') END},
     {'id': 'low-bandwidth-efficiency', 'detail': CASE WHEN s.roofline_available AND s.bandwidth_efficiency < t.low_bandwidth_efficiency
