@@ -188,3 +188,21 @@ def test_mean_concurrency_leaves_failed_requests_out(tmp_path: Path) -> None:
     wall = max(max(e for _, s, e in spans), ends) - min(s for _, s, _ in spans)
     assert doc["failed_requests"] == 6
     assert doc["decode"]["mean_concurrency"] == pytest.approx(sum(e - s for s, e in ok) / wall, rel=1e-9)
+
+
+def test_roofline_inputs_for_moe_and_mla() -> None:
+    from analyzers.params import roofline_inputs
+
+    moe = roofline_inputs({"model": dict(MIXTRAL), "hardware": {"gpu": "H100 SXM"}})
+    per_expert = (46.7e9 - 12.9e9) / (8 - 2)
+    assert (moe.experts, moe.experts_per_token) == (8, 2)
+    assert moe.expert_bytes == pytest.approx(8 * per_expert * 2)
+    assert moe.weight_bytes == pytest.approx((12.9e9 - 32000 * 4096) * 2)  # one token: the active parameters
+    preset = roofline_inputs({}, model="mixtral-8x7b", gpu="h100-sxm")
+    assert preset.expert_bytes == pytest.approx(moe.expert_bytes)
+    # an MoE block that cannot be split is read as active parameters, and says so
+    bad = roofline_inputs({"model": {**MIXTRAL, "active_params": None}, "hardware": {"gpu": "H100 SXM"}})
+    assert bad.expert_bytes is None and "MoE model block" in (bad.note or "")
+    mla = roofline_inputs({"model": {"params": 1e9, "layers": 61, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+                                     "kv_bytes_per_elem": 1}})
+    assert mla.kv_bytes_per_token == 61 * 576
