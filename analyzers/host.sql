@@ -28,10 +28,7 @@ WITH a AS (
         itl_ms * engine_gap_share AS gap, basis
     FROM steps_accounting
 ),
-g AS (
-    SELECT (start_ns - lag(end_ns) OVER (PARTITION BY trace ORDER BY start_ns, step_id)) / 1e6 AS gap_ms
-    FROM steps
-)
+g AS (SELECT gap_ns / 1e6 AS gap_ms FROM _steps_seq)
 SELECT
     coalesce(n, 0)::BIGINT AS tokens,
     CASE WHEN n > 0 THEN itl / n END AS itl_mean_ms,

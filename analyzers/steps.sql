@@ -70,21 +70,29 @@ FROM steps;
 CREATE OR REPLACE TEMP TABLE _steps_seq AS
 SELECT trace, step_id, start_ns, end_ns, prefill_tokens, decode_tokens, batch_size, kv_tokens,
     end_ns - start_ns AS dur_ns,
-    row_number() OVER w AS seq,
-    sum(CASE WHEN prefill_tokens > 0 THEN end_ns - start_ns ELSE 0 END) OVER w AS cum_prefill_ns,
-    sum(CASE WHEN prefill_tokens > 0 THEN 0 ELSE end_ns - start_ns END) OVER w AS cum_other_ns,
-    sum(CASE WHEN decode_tokens > 0 THEN 1 ELSE 0 END) OVER w AS cum_decode_steps
-FROM steps
+    -- unique over every trace (the trace's position in the high bits): joins on one integer
+    x.ti * 1099511627776 + row_number() OVER w AS seq,
+    -- the trace's mean decode-only step: what a step that also prefilled is compared with
+    avg(CASE WHEN prefill_tokens = 0 AND decode_tokens > 0 THEN end_ns - start_ns END) OVER (PARTITION BY trace)
+        AS decode_only_ns,
+    -- BIGINT, not the HUGEINT a sum of BIGINTs gives: 128-bit values double what the ordered pass moves
+    (sum(CASE WHEN prefill_tokens > 0 THEN end_ns - start_ns ELSE 0 END) OVER w)::BIGINT AS cum_prefill_ns,
+    (sum(CASE WHEN prefill_tokens > 0 THEN 0 ELSE end_ns - start_ns END) OVER w)::BIGINT AS cum_other_ns,
+    (sum(CASE WHEN decode_tokens > 0 THEN 1 ELSE 0 END) OVER w)::BIGINT AS cum_decode_steps,
+    start_ns - lag(end_ns) OVER w AS gap_ns
+FROM steps JOIN (SELECT trace, row_number() OVER (ORDER BY trace) AS ti FROM _traces) AS x USING (trace)
 WINDOW w AS (PARTITION BY trace ORDER BY start_ns, step_id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW);
 
--- @table steps_emissions
--- One row per emission of a decode token: the forward pass that gave a request one
--- or more tokens (index > 0), and how the time since its previous emission splits.
--- @column trace: Trace label.
--- @column request_id: Request id.
--- @column first_index: Smallest token index of the emission.
--- @column tokens: Tokens of the emission (count; above 1 under speculative decoding).
--- @column emit_ns: Server clock, nanoseconds: the emission's latest emit_ns.
+-- @view steps_emissions
+-- One row per emission of decode tokens: the tokens one forward pass gave a request
+-- (index > 0; several under speculative decoding), and how the time since its previous
+-- emission splits. Emissions are found in one ordered pass over the tokens (integer
+-- request keys, as tokens_gaps): a token opens an emission when its step differs from
+-- its predecessor's. A view (computed when queried; steps_requests aggregates it in
+-- one pass): for one request filter on request_key.
+-- @column request_key: Integer key of the request (tokens_requests).
+-- @column first_index: Index of the emission's first token.
+-- @column emit_ns: Server clock, nanoseconds: the emit time of the emission's first token.
 -- @column match: How the forward pass was found: 'step_id', 'step-times' (the steps row holding the token's step_start_ns) or 'token-steps' (the token's own step times; no steps row).
 -- @column itl_ms: Time since the previous emission, milliseconds (server clock).
 -- @column own_ms: The emission's own forward pass, milliseconds.
@@ -95,86 +103,98 @@ WINDOW w AS (PARTITION BY trace ORDER BY start_ns, step_id ROWS BETWEEN UNBOUNDE
 -- @column no_step_ms: The whole wait when the request missed preemption_min_steps decode iterations or more (preempted), milliseconds.
 -- @column skipped_decode_steps: Decode iterations the engine ran between this emission's pass and the previous one (count; null without a steps row).
 -- @column failed: True when the request failed.
-CREATE OR REPLACE TEMP TABLE steps_emissions AS
-WITH em AS (
-    SELECT trace, request_id, step_id, step_start_ns AS s0, step_end_ns AS s1,
-        min(index) AS first_index, count(*) AS tokens, max(emit_ns) AS emit_ns
-    FROM tokens
-    WHERE request_id <> '' AND (step_id IS NOT NULL OR step_start_ns IS NOT NULL)
-    GROUP BY trace, request_id, step_id, step_start_ns, step_end_ns
+CREATE OR REPLACE VIEW _steps_emission_rows AS
+WITH k AS (
+    SELECT t.trace, r.request_key, t.index, t.emit_ns, t.step_id, t.step_start_ns, t.step_end_ns, r.failed
+    FROM tokens AS t JOIN tokens_requests AS r USING (trace, request_id)
+    WHERE t.step_id IS NOT NULL OR t.step_start_ns IS NOT NULL
 ),
-by_id AS (
-    SELECT em.*, s.seq, s.dur_ns, s.prefill_tokens, s.decode_tokens, s.cum_prefill_ns, s.cum_other_ns,
-        s.cum_decode_steps
-    FROM em LEFT JOIN _steps_seq AS s ON s.trace = em.trace AND s.step_id = em.step_id
-    WHERE em.step_id IS NOT NULL
-),
-by_time AS (
-    SELECT em.*, s.seq, s.dur_ns, s.prefill_tokens, s.decode_tokens, s.cum_prefill_ns, s.cum_other_ns,
-        s.cum_decode_steps, s.end_ns AS _s_end
-    FROM (SELECT * FROM em WHERE step_id IS NULL) AS em
-    ASOF LEFT JOIN _steps_seq AS s ON s.trace = em.trace AND em.s0 >= s.start_ns
-),
+-- each token's forward pass: by step_id, else the steps row whose start is the latest at or
+-- before the token's step_start_ns and whose end is not before it. The ASOF join sorts both
+-- sides, so its steps side is empty unless some token lacks a step_id. No strings go on into
+-- the ordered pass: they make the sort several times slower.
 j AS (
-    SELECT * FROM by_id
+    SELECT k.request_key, k.index, k.emit_ns, k.step_start_ns, k.step_end_ns, k.failed, true AS by_id,
+        s.seq, s.dur_ns, s.prefill_tokens, s.decode_tokens, s.cum_prefill_ns, s.cum_other_ns, s.cum_decode_steps,
+        s.decode_only_ns
+    FROM k LEFT JOIN _steps_seq AS s ON s.trace = k.trace AND s.step_id = k.step_id
+    WHERE k.step_id IS NOT NULL
     UNION ALL
-    SELECT * EXCLUDE (_s_end) REPLACE (
-        CASE WHEN _s_end >= s0 THEN seq END AS seq, CASE WHEN _s_end >= s0 THEN dur_ns END AS dur_ns)
-    FROM by_time
+    SELECT request_key, index, emit_ns, step_start_ns, step_end_ns, failed, false,
+        CASE WHEN hit THEN seq END, CASE WHEN hit THEN dur_ns END, CASE WHEN hit THEN prefill_tokens END,
+        CASE WHEN hit THEN decode_tokens END, CASE WHEN hit THEN cum_prefill_ns END,
+        CASE WHEN hit THEN cum_other_ns END, CASE WHEN hit THEN cum_decode_steps END,
+        CASE WHEN hit THEN decode_only_ns END
+    FROM (
+        SELECT k.*, s.* EXCLUDE (trace, step_id), s.end_ns >= k.step_start_ns AS hit
+        FROM (SELECT * FROM k WHERE step_id IS NULL) AS k
+        ASOF LEFT JOIN (SELECT * FROM _steps_seq WHERE (SELECT count(*) FROM k WHERE step_id IS NULL) > 0) AS s
+            ON s.trace = k.trace AND k.step_start_ns >= s.start_ns
+    )
 ),
+-- one ordered pass; the previous token's step carries its running sums along
 l AS (
-    SELECT *,
-        CASE WHEN seq IS NULL THEN 'token-steps' WHEN step_id IS NULL THEN 'step-times' ELSE 'step_id' END AS match,
-        emit_ns - lag(emit_ns) OVER r AS _itl_ns,
-        coalesce(dur_ns, s1 - s0) AS _own_ns,
-        -- the iterations strictly between the previous emission's pass and this one's
-        cum_prefill_ns - CASE WHEN prefill_tokens > 0 THEN dur_ns ELSE 0 END - lag(cum_prefill_ns) OVER r
-            AS _between_prefill_ns,
-        cum_other_ns - CASE WHEN prefill_tokens > 0 THEN 0 ELSE dur_ns END - lag(cum_other_ns) OVER r
-            AS _between_other_ns,
-        cum_decode_steps - CASE WHEN decode_tokens > 0 THEN 1 ELSE 0 END - lag(cum_decode_steps) OVER r
-            AS skipped_decode_steps
+    SELECT *, lag(emit_ns) OVER r AS _p_emit, lag(seq) OVER r AS _p_seq, lag(step_start_ns) OVER r AS _p_start,
+        lag(cum_prefill_ns) OVER r AS _p_cum_prefill, lag(cum_other_ns) OVER r AS _p_cum_other,
+        lag(cum_decode_steps) OVER r AS _p_cum_decode
     FROM j
-    WINDOW r AS (PARTITION BY trace, request_id ORDER BY first_index)
+    WINDOW r AS (PARTITION BY request_key ORDER BY index)
 ),
 c AS (
-    SELECT l.*, greatest(_itl_ns - _own_ns, 0) AS _wait_ns,
-        coalesce(skipped_decode_steps >= t.preemption_min_steps, false) AS _stalled,
-        b.decode_only_ns
+    SELECT *,
+        -- 0 step_id, 1 step-times, 2 token-steps (an integer: min/max of strings per group cost 5x more)
+        CASE WHEN seq IS NULL THEN 2 WHEN by_id THEN 0 ELSE 1 END AS match_code,
+        emit_ns - _p_emit AS _itl_ns,
+        coalesce(dur_ns, step_end_ns - step_start_ns) AS _own_ns,
+        -- the iterations strictly between the previous emission's pass and this one's
+        cum_prefill_ns - CASE WHEN prefill_tokens > 0 THEN dur_ns ELSE 0 END - _p_cum_prefill AS _between_prefill_ns,
+        cum_other_ns - CASE WHEN prefill_tokens > 0 THEN 0 ELSE dur_ns END - _p_cum_other AS _between_other_ns,
+        cum_decode_steps - CASE WHEN decode_tokens > 0 THEN 1 ELSE 0 END - _p_cum_decode AS skipped_decode_steps
     FROM l
-    CROSS JOIN _thresholds AS t
-    LEFT JOIN (SELECT trace, avg(dur_ns) FILTER (WHERE prefill_tokens = 0 AND decode_tokens > 0) AS decode_only_ns
-               FROM _steps_seq GROUP BY trace) AS b USING (trace)
-    WHERE first_index > 0 AND _itl_ns IS NOT NULL
+    WHERE index > 0 AND _p_emit IS NOT NULL
+        AND CASE WHEN seq IS NOT NULL OR _p_seq IS NOT NULL THEN seq IS DISTINCT FROM _p_seq
+                 ELSE step_start_ns IS DISTINCT FROM _p_start END
+),
+d AS (
+    SELECT c.*, greatest(_itl_ns - _own_ns, 0) AS _wait_ns,
+        coalesce(skipped_decode_steps >= (SELECT preemption_min_steps FROM _thresholds), false) AS _stalled
+    FROM c
 ),
 p AS (
     SELECT *,
         CASE WHEN _stalled THEN 0 ELSE least(greatest(coalesce(_between_prefill_ns, 0), 0), _wait_ns) END AS _pw,
         CASE WHEN _stalled THEN _wait_ns ELSE 0 END AS _ns
-    FROM c
+    FROM d
 ),
 q AS (
     SELECT *, CASE WHEN _stalled THEN 0
                    ELSE least(greatest(coalesce(_between_other_ns, 0), 0), _wait_ns - _pw) END AS _od
     FROM p
 )
-SELECT trace, request_id, first_index, tokens, emit_ns, match,
+SELECT request_key, index AS first_index, emit_ns, match_code,
     _itl_ns / 1e6 AS itl_ms, _own_ns / 1e6 AS own_ms,
     CASE WHEN prefill_tokens > 0 THEN greatest(_own_ns - coalesce(decode_only_ns, _own_ns), 0) ELSE 0 END / 1e6
         AS prefill_slowed_ms,
     _pw / 1e6 AS prefill_wait_ms, _od / 1e6 AS other_decode_ms,
     (_wait_ns - _pw - _od - _ns) / 1e6 AS engine_gap_ms, _ns / 1e6 AS no_step_ms,
-    skipped_decode_steps,
-    coalesce(r.failed, false) AS failed
-FROM q
-LEFT JOIN (SELECT trace, request_id, failed FROM tokens_requests) AS r USING (trace, request_id);
+    skipped_decode_steps, failed
+FROM q;
+
+CREATE OR REPLACE MACRO _steps_match(code) AS
+    CASE code WHEN 0 THEN 'step_id' WHEN 1 THEN 'step-times' WHEN 2 THEN 'token-steps' ELSE 'mixed' END;
+
+CREATE OR REPLACE VIEW steps_emissions AS
+SELECT request_key, first_index, emit_ns, _steps_match(match_code) AS match, itl_ms, own_ms, prefill_slowed_ms,
+    prefill_wait_ms, other_decode_ms, engine_gap_ms, no_step_ms, skipped_decode_steps, failed
+FROM _steps_emission_rows;
 
 -- @table steps_requests
 -- One row per request with emissions: its decode time split as in steps_emissions.
 -- @column trace: Trace label.
 -- @column request_id: Request id.
+-- @column request_key: Integer key of the request.
 -- @column emissions: Emissions after token 0 (count).
--- @column tokens: Decode tokens in them (count).
+-- @column tokens: Decode tokens of the request (tokens_requests.decode_tokens) (count).
 -- @column itl_ms: Token 0 to the last emission, milliseconds: the sum of the parts below.
 -- @column own_ms: In its own forward passes, milliseconds.
 -- @column prefill_slowed_ms: Of own_ms, the stretch of passes that also prefilled, milliseconds.
@@ -184,16 +204,22 @@ LEFT JOIN (SELECT trace, request_id, failed FROM tokens_requests) AS r USING (tr
 -- @column no_step_ms: Preempted: no step while the engine kept stepping, milliseconds.
 -- @column stalls: Waits counted as preemption (count).
 -- @column longest_stall_ms: Longest of them, milliseconds (null without one).
+-- @column match: How its passes were found (steps_emissions.match), or 'mixed'.
 -- @column failed: True when the request failed.
 CREATE OR REPLACE TEMP TABLE steps_requests AS
-SELECT trace, request_id, count(*) AS emissions, sum(tokens)::BIGINT AS tokens, sum(itl_ms) AS itl_ms,
-    sum(own_ms) AS own_ms, sum(prefill_slowed_ms) AS prefill_slowed_ms, sum(prefill_wait_ms) AS prefill_wait_ms,
-    sum(other_decode_ms) AS other_decode_ms, sum(engine_gap_ms) AS engine_gap_ms, sum(no_step_ms) AS no_step_ms,
-    count(*) FILTER (WHERE no_step_ms > 0) AS stalls,
-    max(no_step_ms) FILTER (WHERE no_step_ms > 0) AS longest_stall_ms,
-    bool_or(failed) AS failed
-FROM steps_emissions
-GROUP BY trace, request_id;
+WITH g AS (
+    SELECT request_key, count(*) AS emissions, sum(itl_ms) AS itl_ms,
+        sum(own_ms) AS own_ms, sum(prefill_slowed_ms) AS prefill_slowed_ms, sum(prefill_wait_ms) AS prefill_wait_ms,
+        sum(other_decode_ms) AS other_decode_ms, sum(engine_gap_ms) AS engine_gap_ms, sum(no_step_ms) AS no_step_ms,
+        count(*) FILTER (WHERE no_step_ms > 0) AS stalls,
+        max(no_step_ms) FILTER (WHERE no_step_ms > 0) AS longest_stall_ms,
+        CASE WHEN min(match_code) = max(match_code) THEN min(match_code) ELSE 3 END AS match_code
+    FROM _steps_emission_rows
+    GROUP BY request_key
+)
+SELECT r.trace, r.request_id, g.request_key, g.emissions, r.decode_tokens::BIGINT AS tokens,
+    g.* EXCLUDE (request_key, emissions, match_code), _steps_match(g.match_code) AS match, r.failed
+FROM g JOIN tokens_requests AS r USING (request_key);
 
 -- @table steps_accounting
 -- One row: the split of steps_requests over successful requests, as totals and shares of the
@@ -217,23 +243,22 @@ GROUP BY trace, request_id;
 -- @column stalls: Preemption stalls (count).
 -- @column longest_stall_ms: Longest stall, milliseconds.
 CREATE OR REPLACE TEMP TABLE steps_accounting AS
-WITH e AS (SELECT * FROM steps_emissions WHERE NOT failed),
-r AS (SELECT * FROM steps_requests WHERE NOT failed),
+WITH r AS (SELECT * FROM steps_requests WHERE NOT failed),
 a AS (
     SELECT CASE WHEN min(match) = max(match) THEN min(match) WHEN count(*) > 0 THEN 'mixed' END AS basis,
-        count(*) AS emissions, sum(tokens) AS tokens, fsum(itl_ms) AS itl, fsum(own_ms) AS own,
-        fsum(prefill_wait_ms) AS pw, fsum(prefill_slowed_ms) AS ps, fsum(other_decode_ms) AS od,
-        fsum(engine_gap_ms) AS eg, fsum(no_step_ms) AS ns
-    FROM e
+        count(*) AS requests, sum(emissions) AS emissions, sum(tokens) AS tokens, fsum(itl_ms) AS itl,
+        fsum(own_ms) AS own, fsum(prefill_wait_ms) AS pw, fsum(prefill_slowed_ms) AS ps,
+        fsum(other_decode_ms) AS od, fsum(engine_gap_ms) AS eg, fsum(no_step_ms) AS ns,
+        count(*) FILTER (WHERE stalls > 0) AS stalled_requests, sum(stalls) AS stalls,
+        max(longest_stall_ms) AS longest_stall_ms
+    FROM r
 )
-SELECT basis, (SELECT count(*) FROM r) AS requests, emissions, coalesce(tokens, 0)::BIGINT AS tokens,
+SELECT basis, requests, coalesce(emissions, 0)::BIGINT AS emissions, coalesce(tokens, 0)::BIGINT AS tokens,
     tokens / nullif(emissions, 0) AS tokens_per_step, itl AS itl_ms,
     own / nullif(itl, 0) AS own_share, (pw + ps) / nullif(itl, 0) AS prefill_share,
     pw AS prefill_wait_ms, ps AS prefill_slowed_ms,
     od / nullif(itl, 0) AS other_decode_share, eg / nullif(itl, 0) AS engine_gap_share,
     eg / nullif(emissions, 0) AS engine_gap_mean_ms,
     ns / nullif(itl, 0) AS no_step_share, ns AS no_step_ms,
-    (SELECT count(*) FILTER (WHERE stalls > 0) FROM r) AS stalled_requests,
-    (SELECT coalesce(sum(stalls), 0) FROM r)::BIGINT AS stalls,
-    (SELECT max(longest_stall_ms) FROM r) AS longest_stall_ms
+    stalled_requests, coalesce(stalls, 0)::BIGINT AS stalls, longest_stall_ms
 FROM a;
