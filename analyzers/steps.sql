@@ -68,20 +68,27 @@ FROM steps;
 -- Steps of each trace in time order, with running sums that make "the iterations
 -- between two of a request's steps" two lookups instead of a range join.
 CREATE OR REPLACE TEMP TABLE _steps_seq AS
-SELECT trace, step_id, start_ns, end_ns, prefill_tokens, decode_tokens, batch_size, kv_tokens,
-    end_ns - start_ns AS dur_ns,
+WITH s AS (
+    SELECT trace, step_id, start_ns, end_ns, prefill_tokens, decode_tokens, batch_size, kv_tokens, x.ti,
+        end_ns - start_ns AS dur_ns,
+        row_number() OVER w AS n,
+        -- the trace's mean decode-only step: what a step that also prefilled is compared with
+        avg(CASE WHEN prefill_tokens = 0 AND decode_tokens > 0 THEN end_ns - start_ns END) OVER (PARTITION BY trace)
+            AS decode_only_ns,
+        -- BIGINT, not the HUGEINT a sum of BIGINTs gives: 128-bit values double what the ordered pass moves
+        (sum(CASE WHEN prefill_tokens > 0 THEN end_ns - start_ns ELSE 0 END) OVER w)::BIGINT AS cum_prefill_ns,
+        (sum(CASE WHEN prefill_tokens > 0 THEN 0 ELSE end_ns - start_ns END) OVER w)::BIGINT AS cum_other_ns,
+        (sum(CASE WHEN decode_tokens > 0 THEN 1 ELSE 0 END) OVER w)::BIGINT AS cum_decode_steps,
+        start_ns - lag(end_ns) OVER w AS gap_ns
+    FROM steps JOIN (SELECT trace, row_number() OVER (ORDER BY trace) AS ti FROM _traces) AS x USING (trace)
+    WINDOW w AS (PARTITION BY trace ORDER BY start_ns, step_id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+)
+SELECT * EXCLUDE (ti, n),
     -- unique over every trace (the trace's position in the high bits): joins on one integer
-    x.ti * 1099511627776 + row_number() OVER w AS seq,
-    -- the trace's mean decode-only step: what a step that also prefilled is compared with
-    avg(CASE WHEN prefill_tokens = 0 AND decode_tokens > 0 THEN end_ns - start_ns END) OVER (PARTITION BY trace)
-        AS decode_only_ns,
-    -- BIGINT, not the HUGEINT a sum of BIGINTs gives: 128-bit values double what the ordered pass moves
-    (sum(CASE WHEN prefill_tokens > 0 THEN end_ns - start_ns ELSE 0 END) OVER w)::BIGINT AS cum_prefill_ns,
-    (sum(CASE WHEN prefill_tokens > 0 THEN 0 ELSE end_ns - start_ns END) OVER w)::BIGINT AS cum_other_ns,
-    (sum(CASE WHEN decode_tokens > 0 THEN 1 ELSE 0 END) OVER w)::BIGINT AS cum_decode_steps,
-    start_ns - lag(end_ns) OVER w AS gap_ns
-FROM steps JOIN (SELECT trace, row_number() OVER (ORDER BY trace) AS ti FROM _traces) AS x USING (trace)
-WINDOW w AS (PARTITION BY trace ORDER BY start_ns, step_id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW);
+    ti * 1099511627776 + n AS seq,
+    ti * 1099511627776 + step_id AS id_key,
+    CASE WHEN prefill_tokens > 0 THEN greatest(dur_ns - coalesce(decode_only_ns, dur_ns), 0) ELSE 0 END AS slowed_ns
+FROM s;
 
 -- @view steps_emissions
 -- One row per emission of decode tokens: the tokens one forward pass gave a request
@@ -105,26 +112,33 @@ WINDOW w AS (PARTITION BY trace ORDER BY start_ns, step_id ROWS BETWEEN UNBOUNDE
 -- @column failed: True when the request failed.
 CREATE OR REPLACE VIEW _steps_emission_rows AS
 WITH k AS (
-    SELECT t.trace, r.request_key, t.index, t.emit_ns, t.step_id, t.step_start_ns, t.step_end_ns, r.failed
-    FROM tokens AS t JOIN tokens_requests AS r USING (trace, request_id)
+    SELECT t.trace, r.request_key, r._ti, t.index, t.emit_ns, t.step_id, t.step_start_ns, t.step_end_ns, r.failed
+    FROM tokens AS t
+    JOIN (SELECT r.trace, r.request_id, r.request_key, r.failed, x.ti * 1099511627776 AS _ti
+          FROM tokens_requests AS r
+          JOIN (SELECT trace, row_number() OVER (ORDER BY trace) AS ti FROM _traces) AS x USING (trace)) AS r
+        USING (trace, request_id)
     WHERE t.step_id IS NOT NULL OR t.step_start_ns IS NOT NULL
 ),
 -- each token's forward pass: by step_id, else the steps row whose start is the latest at or
 -- before the token's step_start_ns and whose end is not before it. The ASOF join sorts both
--- sides, so its steps side is empty unless some token lacks a step_id. No strings go on into
--- the ordered pass: they make the sort several times slower.
+-- sides, so its steps side is empty unless some token lacks a step_id. Only integers go on
+-- into the ordered pass (strings make the sort several times slower), and only what it needs:
+-- a step key (the step's seq, else minus the token's step start), the pass's own time, and the
+-- running sums up to and including it (the part before it follows from its kind).
 j AS (
-    SELECT k.request_key, k.index, k.emit_ns, k.step_start_ns, k.step_end_ns, k.failed, true AS by_id,
-        s.seq, s.dur_ns, s.prefill_tokens, s.decode_tokens, s.cum_prefill_ns, s.cum_other_ns, s.cum_decode_steps,
-        s.decode_only_ns
-    FROM k LEFT JOIN _steps_seq AS s ON s.trace = k.trace AND s.step_id = k.step_id
+    SELECT k.request_key, k.index, k.emit_ns, k.failed, (0)::TINYINT AS match_code,
+        coalesce(s.seq, -1 - k.step_start_ns) AS skey, coalesce(s.dur_ns, k.step_end_ns - k.step_start_ns) AS own_ns,
+        s.slowed_ns, s.prefill_tokens > 0 AS is_prefill, s.decode_tokens > 0 AS is_decode,
+        s.cum_prefill_ns, s.cum_other_ns, s.cum_decode_steps
+    FROM k LEFT JOIN _steps_seq AS s ON s.id_key = k._ti + k.step_id
     WHERE k.step_id IS NOT NULL
     UNION ALL
-    SELECT request_key, index, emit_ns, step_start_ns, step_end_ns, failed, false,
-        CASE WHEN hit THEN seq END, CASE WHEN hit THEN dur_ns END, CASE WHEN hit THEN prefill_tokens END,
-        CASE WHEN hit THEN decode_tokens END, CASE WHEN hit THEN cum_prefill_ns END,
-        CASE WHEN hit THEN cum_other_ns END, CASE WHEN hit THEN cum_decode_steps END,
-        CASE WHEN hit THEN decode_only_ns END
+    SELECT request_key, index, emit_ns, failed, (1)::TINYINT,
+        CASE WHEN hit THEN seq ELSE -1 - step_start_ns END, CASE WHEN hit THEN dur_ns ELSE step_end_ns - step_start_ns END,
+        CASE WHEN hit THEN slowed_ns END, CASE WHEN hit THEN prefill_tokens > 0 END,
+        CASE WHEN hit THEN decode_tokens > 0 END, CASE WHEN hit THEN cum_prefill_ns END,
+        CASE WHEN hit THEN cum_other_ns END, CASE WHEN hit THEN cum_decode_steps END
     FROM (
         SELECT k.*, s.* EXCLUDE (trace, step_id), s.end_ns >= k.step_start_ns AS hit
         FROM (SELECT * FROM k WHERE step_id IS NULL) AS k
@@ -132,9 +146,8 @@ j AS (
             ON s.trace = k.trace AND k.step_start_ns >= s.start_ns
     )
 ),
--- one ordered pass; the previous token's step carries its running sums along
 l AS (
-    SELECT *, lag(emit_ns) OVER r AS _p_emit, lag(seq) OVER r AS _p_seq, lag(step_start_ns) OVER r AS _p_start,
+    SELECT *, lag(emit_ns) OVER r AS _p_emit, lag(skey) OVER r AS _p_skey,
         lag(cum_prefill_ns) OVER r AS _p_cum_prefill, lag(cum_other_ns) OVER r AS _p_cum_other,
         lag(cum_decode_steps) OVER r AS _p_cum_decode
     FROM j
@@ -143,20 +156,17 @@ l AS (
 c AS (
     SELECT *,
         -- 0 step_id, 1 step-times, 2 token-steps (an integer: min/max of strings per group cost 5x more)
-        CASE WHEN seq IS NULL THEN 2 WHEN by_id THEN 0 ELSE 1 END AS match_code,
+        CASE WHEN cum_decode_steps IS NULL THEN 2 ELSE match_code END AS _match,
         emit_ns - _p_emit AS _itl_ns,
-        coalesce(dur_ns, step_end_ns - step_start_ns) AS _own_ns,
         -- the iterations strictly between the previous emission's pass and this one's
-        cum_prefill_ns - CASE WHEN prefill_tokens > 0 THEN dur_ns ELSE 0 END - _p_cum_prefill AS _between_prefill_ns,
-        cum_other_ns - CASE WHEN prefill_tokens > 0 THEN 0 ELSE dur_ns END - _p_cum_other AS _between_other_ns,
-        cum_decode_steps - CASE WHEN decode_tokens > 0 THEN 1 ELSE 0 END - _p_cum_decode AS skipped_decode_steps
+        cum_prefill_ns - CASE WHEN is_prefill THEN own_ns ELSE 0 END - _p_cum_prefill AS _between_prefill_ns,
+        cum_other_ns - CASE WHEN is_prefill THEN 0 ELSE own_ns END - _p_cum_other AS _between_other_ns,
+        cum_decode_steps - CASE WHEN is_decode THEN 1 ELSE 0 END - _p_cum_decode AS skipped_decode_steps
     FROM l
-    WHERE index > 0 AND _p_emit IS NOT NULL
-        AND CASE WHEN seq IS NOT NULL OR _p_seq IS NOT NULL THEN seq IS DISTINCT FROM _p_seq
-                 ELSE step_start_ns IS DISTINCT FROM _p_start END
+    WHERE index > 0 AND _p_emit IS NOT NULL AND skey IS DISTINCT FROM _p_skey
 ),
 d AS (
-    SELECT c.*, greatest(_itl_ns - _own_ns, 0) AS _wait_ns,
+    SELECT c.*, greatest(_itl_ns - own_ns, 0) AS _wait_ns,
         coalesce(skipped_decode_steps >= (SELECT preemption_min_steps FROM _thresholds), false) AS _stalled
     FROM c
 ),
@@ -171,10 +181,8 @@ q AS (
                    ELSE least(greatest(coalesce(_between_other_ns, 0), 0), _wait_ns - _pw) END AS _od
     FROM p
 )
-SELECT request_key, index AS first_index, emit_ns, match_code,
-    _itl_ns / 1e6 AS itl_ms, _own_ns / 1e6 AS own_ms,
-    CASE WHEN prefill_tokens > 0 THEN greatest(_own_ns - coalesce(decode_only_ns, _own_ns), 0) ELSE 0 END / 1e6
-        AS prefill_slowed_ms,
+SELECT request_key, index AS first_index, emit_ns, _match AS match_code,
+    _itl_ns / 1e6 AS itl_ms, own_ns / 1e6 AS own_ms, coalesce(slowed_ns, 0) / 1e6 AS prefill_slowed_ms,
     _pw / 1e6 AS prefill_wait_ms, _od / 1e6 AS other_decode_ms,
     (_wait_ns - _pw - _od - _ns) / 1e6 AS engine_gap_ms, _ns / 1e6 AS no_step_ms,
     skipped_decode_steps, failed
