@@ -110,16 +110,18 @@ FROM s;
 -- @column no_step_ms: The whole wait when the request missed preemption_min_steps decode iterations or more (preempted), milliseconds.
 -- @column skipped_decode_steps: Decode iterations the engine ran between this emission's pass and the previous one (count; null without a steps row).
 -- @column failed: True when the request failed.
+-- A request's tokens with its integer key and its trace's position (no CTE: one referenced
+-- twice would be materialised, a million rows written and read back).
+CREATE OR REPLACE VIEW _steps_tokens AS
+SELECT t.trace, r.request_key, r._ti, t.index, t.emit_ns, t.step_id, t.step_start_ns, t.step_end_ns, r.failed
+FROM tokens AS t
+JOIN (SELECT r.trace, r.request_id, r.request_key, r.failed, x.ti * 1099511627776 AS _ti
+      FROM tokens_requests AS r
+      JOIN (SELECT trace, row_number() OVER (ORDER BY trace) AS ti FROM _traces) AS x USING (trace)) AS r
+    USING (trace, request_id);
+
 CREATE OR REPLACE VIEW _steps_emission_rows AS
-WITH k AS (
-    SELECT t.trace, r.request_key, r._ti, t.index, t.emit_ns, t.step_id, t.step_start_ns, t.step_end_ns, r.failed
-    FROM tokens AS t
-    JOIN (SELECT r.trace, r.request_id, r.request_key, r.failed, x.ti * 1099511627776 AS _ti
-          FROM tokens_requests AS r
-          JOIN (SELECT trace, row_number() OVER (ORDER BY trace) AS ti FROM _traces) AS x USING (trace)) AS r
-        USING (trace, request_id)
-    WHERE t.step_id IS NOT NULL OR t.step_start_ns IS NOT NULL
-),
+WITH
 -- each token's forward pass: by step_id, else the steps row whose start is the latest at or
 -- before the token's step_start_ns and whose end is not before it. The ASOF join sorts both
 -- sides, so its steps side is empty unless some token lacks a step_id. Only integers go on
@@ -131,8 +133,8 @@ j AS (
         coalesce(s.seq, -1 - k.step_start_ns) AS skey, coalesce(s.dur_ns, k.step_end_ns - k.step_start_ns) AS own_ns,
         s.slowed_ns, s.prefill_tokens > 0 AS is_prefill, s.decode_tokens > 0 AS is_decode,
         s.cum_prefill_ns, s.cum_other_ns, s.cum_decode_steps
-    FROM k LEFT JOIN _steps_seq AS s ON s.id_key = k._ti + k.step_id
-    WHERE k.step_id IS NOT NULL
+    FROM (SELECT * FROM _steps_tokens WHERE step_id IS NOT NULL) AS k
+    LEFT JOIN _steps_seq AS s ON s.id_key = k._ti + k.step_id
     UNION ALL
     SELECT request_key, index, emit_ns, failed, (1)::TINYINT,
         CASE WHEN hit THEN seq ELSE -1 - step_start_ns END, CASE WHEN hit THEN dur_ns ELSE step_end_ns - step_start_ns END,
@@ -141,8 +143,9 @@ j AS (
         CASE WHEN hit THEN cum_other_ns END, CASE WHEN hit THEN cum_decode_steps END
     FROM (
         SELECT k.*, s.* EXCLUDE (trace, step_id), s.end_ns >= k.step_start_ns AS hit
-        FROM (SELECT * FROM k WHERE step_id IS NULL) AS k
-        ASOF LEFT JOIN (SELECT * FROM _steps_seq WHERE (SELECT count(*) FROM k WHERE step_id IS NULL) > 0) AS s
+        FROM (SELECT * FROM _steps_tokens WHERE step_id IS NULL AND step_start_ns IS NOT NULL) AS k
+        ASOF LEFT JOIN (SELECT * FROM _steps_seq
+                        WHERE (SELECT count(*) FROM tokens WHERE step_id IS NULL AND step_start_ns IS NOT NULL) > 0) AS s
             ON s.trace = k.trace AND k.step_start_ns >= s.start_ns
     )
 ),
