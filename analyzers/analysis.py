@@ -39,7 +39,7 @@ VERSION = 1
 #: Summary tables copied out of DuckDB into every Analysis (small: at most one row per request).
 TABLES = ("attribution_requests", "attribution_components", "latency_percentiles", "decode_fit",
           "decode_throughput", "roofline_summary", "host_overhead", "steps_batch", "steps_prefill",
-          "steps_requests", "steps_accounting", "tokens_gap_stats",
+          "steps_accounting", "tokens_gap_stats",
           "gpu_decode", "stacks_categories", "network_evidence", "summary_numbers", "findings", "claims")
 
 

@@ -65,41 +65,19 @@ FROM steps;
 -- the token's step_start_ns, else (no steps table) from the token's step times alone,
 -- which cannot see other iterations: then all waiting counts as engine gap.
 
--- Steps of each trace in time order, with running sums that make "the iterations
--- between two of a request's steps" two lookups instead of a range join.
-CREATE OR REPLACE TEMP TABLE _steps_seq AS
-WITH s AS (
-    SELECT trace, step_id, start_ns, end_ns, prefill_tokens, decode_tokens, batch_size, kv_tokens, x.ti,
-        end_ns - start_ns AS dur_ns,
-        row_number() OVER w AS n,
-        -- the trace's mean decode-only step: what a step that also prefilled is compared with
-        avg(CASE WHEN prefill_tokens = 0 AND decode_tokens > 0 THEN end_ns - start_ns END) OVER (PARTITION BY trace)
-            AS decode_only_ns,
-        -- BIGINT, not the HUGEINT a sum of BIGINTs gives: 128-bit values double what the ordered pass moves
-        (sum(CASE WHEN prefill_tokens > 0 THEN end_ns - start_ns ELSE 0 END) OVER w)::BIGINT AS cum_prefill_ns,
-        (sum(CASE WHEN prefill_tokens > 0 THEN 0 ELSE end_ns - start_ns END) OVER w)::BIGINT AS cum_other_ns,
-        (sum(CASE WHEN decode_tokens > 0 THEN 1 ELSE 0 END) OVER w)::BIGINT AS cum_decode_steps,
-        start_ns - lag(end_ns) OVER w AS gap_ns
-    FROM steps JOIN (SELECT trace, row_number() OVER (ORDER BY trace) AS ti FROM _traces) AS x USING (trace)
-    WINDOW w AS (PARTITION BY trace ORDER BY start_ns, step_id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
-)
-SELECT * EXCLUDE (ti, n),
-    -- unique over every trace (the trace's position in the high bits): joins on one integer
-    ti * 1099511627776 + n AS seq,
-    ti * 1099511627776 + step_id AS id_key,
-    CASE WHEN prefill_tokens > 0 THEN greatest(dur_ns - coalesce(decode_only_ns, dur_ns), 0) ELSE 0 END AS slowed_ns
-FROM s;
+-- How a request's passes were found (tokens_gaps.step_match) in words.
+CREATE OR REPLACE MACRO _steps_match(code) AS
+    CASE code WHEN 0 THEN 'step_id' WHEN 1 THEN 'step-times' WHEN 2 THEN 'token-steps' ELSE 'mixed' END;
 
 -- @view steps_emissions
 -- One row per emission of decode tokens: the tokens one forward pass gave a request
 -- (index > 0; several under speculative decoding), and how the time since its previous
 -- emission splits. Emissions are found in one ordered pass over the tokens (integer
 -- request keys, as tokens_gaps): a token opens an emission when its step differs from
--- its predecessor's. A view (computed when queried; steps_requests aggregates it in
--- one pass): for one request filter on request_key.
+-- its predecessor's. The rows of tokens_gaps that open a forward pass (step_emission),
+-- computed when queried: for one request filter on request_key.
 -- @column request_key: Integer key of the request (tokens_requests).
 -- @column first_index: Index of the emission's first token.
--- @column emit_ns: Server clock, nanoseconds: the emit time of the emission's first token.
 -- @column match: How the forward pass was found: 'step_id', 'step-times' (the steps row holding the token's step_start_ns) or 'token-steps' (the token's own step times; no steps row).
 -- @column itl_ms: Time since the previous emission, milliseconds (server clock).
 -- @column own_ms: The emission's own forward pass, milliseconds.
@@ -110,97 +88,27 @@ FROM s;
 -- @column no_step_ms: The whole wait when the request missed preemption_min_steps decode iterations or more (preempted), milliseconds.
 -- @column skipped_decode_steps: Decode iterations the engine ran between this emission's pass and the previous one (count; null without a steps row).
 -- @column failed: True when the request failed.
--- A request's tokens with its integer key and its trace's position (no CTE: one referenced
--- twice would be materialised, a million rows written and read back).
-CREATE OR REPLACE VIEW _steps_tokens AS
-SELECT t.trace, r.request_key, r._ti, t.index, t.emit_ns, t.step_id, t.step_start_ns, t.step_end_ns, r.failed
-FROM tokens AS t
-JOIN (SELECT r.trace, r.request_id, r.request_key, r.failed, x.ti * 1099511627776 AS _ti
-      FROM tokens_requests AS r
-      JOIN (SELECT trace, row_number() OVER (ORDER BY trace) AS ti FROM _traces) AS x USING (trace)) AS r
-    USING (trace, request_id);
-
-CREATE OR REPLACE VIEW _steps_emission_rows AS
-WITH
--- each token's forward pass: by step_id, else the steps row whose start is the latest at or
--- before the token's step_start_ns and whose end is not before it. The ASOF join sorts both
--- sides, so its steps side is empty unless some token lacks a step_id. Only integers go on
--- into the ordered pass (strings make the sort several times slower), and only what it needs:
--- a step key (the step's seq, else minus the token's step start), the pass's own time, and the
--- running sums up to and including it (the part before it follows from its kind).
-j AS (
-    SELECT k.request_key, k.index, k.emit_ns, k.failed, (0)::TINYINT AS match_code,
-        coalesce(s.seq, -1 - k.step_start_ns) AS skey, coalesce(s.dur_ns, k.step_end_ns - k.step_start_ns) AS own_ns,
-        s.slowed_ns, s.prefill_tokens > 0 AS is_prefill, s.decode_tokens > 0 AS is_decode,
-        s.cum_prefill_ns, s.cum_other_ns, s.cum_decode_steps
-    FROM (SELECT * FROM _steps_tokens WHERE step_id IS NOT NULL) AS k
-    LEFT JOIN _steps_seq AS s ON s.id_key = k._ti + k.step_id
-    UNION ALL
-    SELECT request_key, index, emit_ns, failed, (1)::TINYINT,
-        CASE WHEN hit THEN seq ELSE -1 - step_start_ns END, CASE WHEN hit THEN dur_ns ELSE step_end_ns - step_start_ns END,
-        CASE WHEN hit THEN slowed_ns END, CASE WHEN hit THEN prefill_tokens > 0 END,
-        CASE WHEN hit THEN decode_tokens > 0 END, CASE WHEN hit THEN cum_prefill_ns END,
-        CASE WHEN hit THEN cum_other_ns END, CASE WHEN hit THEN cum_decode_steps END
-    FROM (
-        SELECT k.*, s.* EXCLUDE (trace, step_id), s.end_ns >= k.step_start_ns AS hit
-        FROM (SELECT * FROM _steps_tokens WHERE step_id IS NULL AND step_start_ns IS NOT NULL) AS k
-        ASOF LEFT JOIN (SELECT * FROM _steps_seq
-                        WHERE (SELECT count(*) FROM tokens WHERE step_id IS NULL AND step_start_ns IS NOT NULL) > 0) AS s
-            ON s.trace = k.trace AND k.step_start_ns >= s.start_ns
-    )
-),
-l AS (
-    SELECT *, lag(emit_ns) OVER r AS _p_emit, lag(skey) OVER r AS _p_skey,
-        lag(cum_prefill_ns) OVER r AS _p_cum_prefill, lag(cum_other_ns) OVER r AS _p_cum_other,
-        lag(cum_decode_steps) OVER r AS _p_cum_decode
-    FROM j
-    WINDOW r AS (PARTITION BY request_key ORDER BY index)
-),
-c AS (
-    SELECT *,
-        -- 0 step_id, 1 step-times, 2 token-steps (an integer: min/max of strings per group cost 5x more)
-        CASE WHEN cum_decode_steps IS NULL THEN 2 ELSE match_code END AS _match,
-        emit_ns - _p_emit AS _itl_ns,
-        -- the iterations strictly between the previous emission's pass and this one's
-        cum_prefill_ns - CASE WHEN is_prefill THEN own_ns ELSE 0 END - _p_cum_prefill AS _between_prefill_ns,
-        cum_other_ns - CASE WHEN is_prefill THEN 0 ELSE own_ns END - _p_cum_other AS _between_other_ns,
-        cum_decode_steps - CASE WHEN is_decode THEN 1 ELSE 0 END - _p_cum_decode AS skipped_decode_steps
-    FROM l
-    WHERE index > 0 AND _p_emit IS NOT NULL AND skey IS DISTINCT FROM _p_skey
-),
-d AS (
-    SELECT c.*, greatest(_itl_ns - own_ns, 0) AS _wait_ns,
-        coalesce(skipped_decode_steps >= (SELECT preemption_min_steps FROM _thresholds), false) AS _stalled
-    FROM c
-),
-p AS (
-    SELECT *,
-        CASE WHEN _stalled THEN 0 ELSE least(greatest(coalesce(_between_prefill_ns, 0), 0), _wait_ns) END AS _pw,
-        CASE WHEN _stalled THEN _wait_ns ELSE 0 END AS _ns
-    FROM d
-),
-q AS (
-    SELECT *, CASE WHEN _stalled THEN 0
-                   ELSE least(greatest(coalesce(_between_other_ns, 0), 0), _wait_ns - _pw) END AS _od
-    FROM p
-)
-SELECT request_key, index AS first_index, emit_ns, _match AS match_code,
-    _itl_ns / 1e6 AS itl_ms, own_ns / 1e6 AS own_ms, coalesce(slowed_ns, 0) / 1e6 AS prefill_slowed_ms,
-    _pw / 1e6 AS prefill_wait_ms, _od / 1e6 AS other_decode_ms,
-    (_wait_ns - _pw - _od - _ns) / 1e6 AS engine_gap_ms, _ns / 1e6 AS no_step_ms,
-    skipped_decode_steps, failed
-FROM q;
-
-CREATE OR REPLACE MACRO _steps_match(code) AS
-    CASE code WHEN 0 THEN 'step_id' WHEN 1 THEN 'step-times' WHEN 2 THEN 'token-steps' ELSE 'mixed' END;
-
 CREATE OR REPLACE VIEW steps_emissions AS
-SELECT request_key, first_index, emit_ns, _steps_match(match_code) AS match, itl_ms, own_ms, prefill_slowed_ms,
-    prefill_wait_ms, other_decode_ms, engine_gap_ms, no_step_ms, skipped_decode_steps, failed
-FROM _steps_emission_rows;
+WITH e AS (
+    SELECT *, greatest(server_itl_ms - own_ms, 0) AS _wait,
+        CASE WHEN preempted THEN 0 ELSE least(greatest(coalesce(between_prefill_ms, 0), 0),
+                                              greatest(server_itl_ms - own_ms, 0)) END AS _pw
+    FROM tokens_gaps
+    WHERE step_emission
+),
+f AS (
+    SELECT *, CASE WHEN preempted THEN 0 ELSE least(greatest(coalesce(between_other_ms, 0), 0), _wait - _pw) END AS _od,
+        CASE WHEN preempted THEN _wait ELSE 0 END AS _ns
+    FROM e
+)
+SELECT request_key, index AS first_index, _steps_match(step_match) AS match, server_itl_ms AS itl_ms, own_ms,
+    prefill_slowed_ms, _pw AS prefill_wait_ms, _od AS other_decode_ms, _wait - _pw - _od - _ns AS engine_gap_ms,
+    _ns AS no_step_ms, skipped_decode_steps, failed
+FROM f;
 
--- @table steps_requests
--- One row per request with emissions: its decode time split as in steps_emissions.
+-- @view steps_requests
+-- One row per request with emissions: its decode time split as in steps_emissions
+-- (computed when queried; steps_accounting's totals come from tokens_gap_stats).
 -- @column trace: Trace label.
 -- @column request_id: Request id.
 -- @column request_key: Integer key of the request.
@@ -217,26 +125,26 @@ FROM _steps_emission_rows;
 -- @column longest_stall_ms: Longest of them, milliseconds (null without one).
 -- @column match: How its passes were found (steps_emissions.match), or 'mixed'.
 -- @column failed: True when the request failed.
-CREATE OR REPLACE TEMP TABLE steps_requests AS
+CREATE OR REPLACE VIEW steps_requests AS
 WITH g AS (
     SELECT request_key, count(*) AS emissions, sum(itl_ms) AS itl_ms,
         sum(own_ms) AS own_ms, sum(prefill_slowed_ms) AS prefill_slowed_ms, sum(prefill_wait_ms) AS prefill_wait_ms,
         sum(other_decode_ms) AS other_decode_ms, sum(engine_gap_ms) AS engine_gap_ms, sum(no_step_ms) AS no_step_ms,
         count(*) FILTER (WHERE no_step_ms > 0) AS stalls,
         max(no_step_ms) FILTER (WHERE no_step_ms > 0) AS longest_stall_ms,
-        CASE WHEN min(match_code) = max(match_code) THEN min(match_code) ELSE 3 END AS match_code
-    FROM _steps_emission_rows
+        CASE WHEN min(match) = max(match) THEN min(match) ELSE 'mixed' END AS match
+    FROM steps_emissions
     GROUP BY request_key
 )
 SELECT r.trace, r.request_id, g.request_key, g.emissions, r.decode_tokens::BIGINT AS tokens,
-    g.* EXCLUDE (request_key, emissions, match_code), _steps_match(g.match_code) AS match, r.failed
+    g.* EXCLUDE (request_key, emissions), r.failed
 FROM g JOIN tokens_requests AS r USING (request_key);
 
 -- @table steps_accounting
 -- One row: the split of steps_requests over successful requests, as totals and shares of the
 -- decode time (the sum of itl_ms). Null shares when no request has emissions.
 -- @column basis: How own steps were found: 'step_id', 'step-times', 'token-steps' or 'mixed'; null without step information.
--- @column requests: Successful requests with emissions (count).
+-- @column requests: Successful requests with decode tokens (count).
 -- @column emissions: Their emissions (count).
 -- @column tokens: Their decode tokens (count).
 -- @column tokens_per_step: tokens / emissions: mean tokens a request got per forward pass (accepted tokens under speculative decoding).
@@ -254,22 +162,16 @@ FROM g JOIN tokens_requests AS r USING (request_key);
 -- @column stalls: Preemption stalls (count).
 -- @column longest_stall_ms: Longest stall, milliseconds.
 CREATE OR REPLACE TEMP TABLE steps_accounting AS
-WITH r AS (SELECT * FROM steps_requests WHERE NOT failed),
-a AS (
-    SELECT CASE WHEN min(match) = max(match) THEN min(match) WHEN count(*) > 0 THEN 'mixed' END AS basis,
-        count(*) AS requests, sum(emissions) AS emissions, sum(tokens) AS tokens, fsum(itl_ms) AS itl,
-        fsum(own_ms) AS own, fsum(prefill_wait_ms) AS pw, fsum(prefill_slowed_ms) AS ps,
-        fsum(other_decode_ms) AS od, fsum(engine_gap_ms) AS eg, fsum(no_step_ms) AS ns,
-        count(*) FILTER (WHERE stalls > 0) AS stalled_requests, sum(stalls) AS stalls,
-        max(longest_stall_ms) AS longest_stall_ms
-    FROM r
-)
-SELECT basis, requests, coalesce(emissions, 0)::BIGINT AS emissions, coalesce(tokens, 0)::BIGINT AS tokens,
-    tokens / nullif(emissions, 0) AS tokens_per_step, itl AS itl_ms,
-    own / nullif(itl, 0) AS own_share, (pw + ps) / nullif(itl, 0) AS prefill_share,
-    pw AS prefill_wait_ms, ps AS prefill_slowed_ms,
-    od / nullif(itl, 0) AS other_decode_share, eg / nullif(itl, 0) AS engine_gap_share,
-    eg / nullif(emissions, 0) AS engine_gap_mean_ms,
-    ns / nullif(itl, 0) AS no_step_share, ns AS no_step_ms,
-    stalled_requests, coalesce(stalls, 0)::BIGINT AS stalls, longest_stall_ms
-FROM a;
+SELECT _steps_match(CASE WHEN step_match_min = step_match_max THEN step_match_min ELSE 3 END) AS basis,
+    (SELECT count(*) FROM tokens_requests WHERE NOT failed AND decode_tokens > 0) AS requests,
+    step_emissions AS emissions, step_tokens AS tokens,
+    step_tokens / nullif(step_emissions, 0) AS tokens_per_step, step_itl_ms AS itl_ms,
+    step_own_ms / nullif(step_itl_ms, 0) AS own_share,
+    (step_prefill_wait_ms + step_prefill_slowed_ms) / nullif(step_itl_ms, 0) AS prefill_share,
+    step_prefill_wait_ms AS prefill_wait_ms, step_prefill_slowed_ms AS prefill_slowed_ms,
+    step_other_decode_ms / nullif(step_itl_ms, 0) AS other_decode_share,
+    step_engine_gap_ms / nullif(step_itl_ms, 0) AS engine_gap_share,
+    step_engine_gap_ms / nullif(step_emissions, 0) AS engine_gap_mean_ms,
+    step_no_step_ms / nullif(step_itl_ms, 0) AS no_step_share, step_no_step_ms AS no_step_ms,
+    step_stalled_requests AS stalled_requests, step_stalls AS stalls, step_longest_stall_ms AS longest_stall_ms
+FROM tokens_gap_stats;
