@@ -167,7 +167,9 @@ def roofline_inputs(meta: dict[str, Any], *, model: str | None = None, gpu: str 
         wd, kd = weight_dtype or "bf16", kv_dtype or "bf16"
         name, weight, kvb = p.name, p.weight_bytes_read(wd), p.kv_bytes_per_token(kd)
         params, active = p.params, p.active_params
-        experts, per_token, wb = p.experts, p.experts_per_token, dtype_bytes(wd)
+        experts: float | None = float(p.experts) if p.experts else None
+        per_token: float | None = float(p.experts_per_token) if p.experts_per_token else None
+        wb = dtype_bytes(wd)
         sources.append("--model")
     else:
         name = m.get("name")
@@ -260,8 +262,8 @@ def _meta_kv_bytes(m: dict[str, Any], kv_dtype: str | None, notes: list[str]) ->
         return direct
     layers, rank = _num(m.get("layers")), _num(m.get("kv_lora_rank"))
     if layers and rank:  # MLA: one compressed latent plus the rope key per layer, no heads
-        b = dtype_bytes(kv_dtype) if kv_dtype else (_num(m.get("kv_bytes_per_elem")) or 2.0)
-        return layers * (rank + (_num(m.get("qk_rope_head_dim")) or 0)) * b
+        mb = dtype_bytes(kv_dtype) if kv_dtype else (_num(m.get("kv_bytes_per_elem")) or 2.0)
+        return layers * (rank + (_num(m.get("qk_rope_head_dim")) or 0)) * mb
     layers, kv_heads, head_dim = (_num(m.get(k)) for k in ("layers", "kv_heads", "head_dim"))
     if not (layers and kv_heads and head_dim):
         return None
