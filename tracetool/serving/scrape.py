@@ -1,0 +1,345 @@
+"""Scrape a server's Prometheus ``/metrics`` while a run goes on: the engine's state over time.
+
+vLLM, SGLang, TGI, llama.cpp's server and TensorRT-LLM / Dynamo export requests
+running and waiting, KV-cache usage, preemptions, prefix-cache hits and queue,
+prefill and decode time histograms. :class:`MetricsScraper` reads them every
+``interval_s`` on a thread of its own and writes every sample as a
+``server_metrics`` row (docs/trace-format.md): ``ts_ns`` on the scraping
+host's clock (``clock`` says which), the sample's name, its labels as JSON,
+its value. Counters stay raw running totals; the analyzers take deltas over
+the measured window (analyzers/engine.sql).
+
+Parsing is prometheus_client's (its text-format parser, or its OpenMetrics
+parser when the server answers ``application/openmetrics-text``). What a bad
+endpoint does never reaches the run being measured:
+
+* unreachable, a timeout, a hang, HTTP 5xx: one warning, scraping goes on
+  (the server may be restarting);
+* HTTP 4xx, an HTML page, a body that is not the exposition format, or one
+  over :data:`MAX_METRICS_BYTES`: one warning, scraping stops;
+* malformed lines among good ones: the good ones are kept, one warning.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Largest /metrics body read (vLLM's is ~100 kB; a bigger one is not an engine's metrics page).
+MAX_METRICS_BYTES = 16 << 20
+#: The scrape interval when none is given, seconds.
+DEFAULT_INTERVAL_S = 1.0
+#: Samples left out: ``_created`` series are the time a counter was created, not engine state.
+SKIPPED_SUFFIXES = ("_created",)
+
+Row = tuple[int, str, str, float, str]
+
+
+def metrics_url(url: str, endpoint: str | None = None) -> str:
+    """The URL to scrape: ``url`` as given, or for ``auto`` the endpoint's origin + ``/metrics``."""
+    from tracetool.errors import UsageError
+
+    u = url.strip()
+    if u == "auto":
+        if not endpoint:
+            raise UsageError("--metrics-url auto needs the server's URL; give the metrics URL itself")
+        e = endpoint.strip()
+        if "://" not in e:
+            e = "http://" + e
+        scheme, _, rest = e.partition("://")
+        host = rest.split("/", 1)[0]
+        if not host:
+            raise UsageError(f"not an http(s) URL: {endpoint!r}")
+        return f"{scheme}://{host}/metrics"
+    if "://" not in u:
+        u = "http://" + u
+    if u.partition("://")[0] not in ("http", "https") or not u.partition("://")[2]:
+        raise UsageError(f"--metrics-url: not an http(s) URL: {url!r}")
+    return u
+
+
+class NotMetrics(Exception):
+    """The endpoint answered something that is not Prometheus metrics: scraping stops."""
+
+
+def parse_metrics(text: str, content_type: str = "") -> tuple[list[tuple[str, str, float]], int]:
+    """``(samples, malformed_lines)`` of one exposition: (name, labels JSON, value) per sample.
+
+    The whole text goes through prometheus_client's parser; when it refuses (one bad line
+    fails the whole text there) each line is parsed alone and the malformed ones are counted.
+    Raises :class:`NotMetrics` when nothing at all parses.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    openmetrics = "openmetrics" in content_type.lower()
+    try:
+        if openmetrics:
+            from prometheus_client.openmetrics.parser import (
+                text_string_to_metric_families as om_families,
+            )
+
+            return _samples(om_families(text)), 0
+        return _samples(text_string_to_metric_families(text)), 0
+    except Exception:  # the parser's errors are ValueError, and worse on hostile text
+        pass
+    out: list[tuple[str, str, float]] = []
+    bad = 0
+    for line in text.splitlines():
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        try:
+            out += _samples(text_string_to_metric_families(s + "\n"))
+        except Exception:
+            bad += 1
+    if not out and bad:
+        raise NotMetrics("not the Prometheus exposition format")
+    return out, bad
+
+
+def _samples(families: Iterable[Any]) -> list[tuple[str, str, float]]:
+    out = []
+    for fam in families:
+        for s in fam.samples:
+            if s.name.endswith(SKIPPED_SUFFIXES):
+                continue
+            out.append((s.name, json.dumps(s.labels, sort_keys=True, separators=(",", ":")), float(s.value)))
+    return out
+
+
+@dataclass
+class ScrapeStats:
+    """What a scraper did (stderr summary, tests, the benchmark)."""
+
+    scrapes: int = 0
+    failures: int = 0
+    rows: int = 0
+    malformed_lines: int = 0
+    #: CPU seconds the scraping thread used (time.thread_time): what scraping costs the host
+    cpu_s: float = 0.0
+    #: why scraping stopped before the run ended, or None
+    stopped: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def _stderr(message: str) -> None:
+    try:
+        print(f"tracetool: {message}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+class MetricsScraper:
+    """Scrapes ``url`` every ``interval_s`` on a daemon thread and hands the rows to ``emit``.
+
+    Args:
+        url: the metrics URL (see :func:`metrics_url`).
+        emit: called with each scrape's rows ``(ts_ns, name, labels, value, clock)``; its
+            exceptions are counted, never raised.
+        clock: ``"client"``, ``"server"`` or ``"scraper"``: which clock ``now`` reads (the
+            ``clock`` column).
+        now: the timestamp source, Unix-epoch nanoseconds (the probe's client clock).
+        interval_s: seconds between the starts of two scrapes.
+        timeout_s: longest one scrape may take, connection and whole body included
+            (default: twice the interval, at least 2 s and at most 10 s).
+        warn: where the one-line warnings go (default: stderr, ``tracetool: ...``).
+    """
+
+    def __init__(self, url: str, emit: Callable[[list[Row]], None], *, clock: str = "client",
+                 now: Callable[[], int] = time.time_ns, interval_s: float = DEFAULT_INTERVAL_S,
+                 timeout_s: float | None = None, max_bytes: int = MAX_METRICS_BYTES,
+                 warn: Callable[[str], None] = _stderr, headers: dict[str, str] | None = None) -> None:
+        if not interval_s > 0 or math.isinf(interval_s):
+            raise ValueError("interval_s must be > 0")
+        self.url = url
+        self.emit = emit
+        self.clock = clock
+        self.now = now
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s if timeout_s is not None else min(10.0, max(2.0, 2 * interval_s))
+        self.max_bytes = max_bytes
+        self._warn = warn
+        self._headers = dict(headers or {})
+        self.stats = ScrapeStats()
+        self._said: set[str] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._client: Any = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> MetricsScraper:
+        self._thread = threading.Thread(target=self._run, name="tracetool-metrics-scraper", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> ScrapeStats:
+        """Stop after the scrape in hand (waiting at most its timeout); rows after this are not emitted."""
+        self._stop.set()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(self.timeout_s + 1.0)
+        return self.stats
+
+    def __enter__(self) -> MetricsScraper:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    # -- the loop ------------------------------------------------------------------------------
+    def _run(self) -> None:
+        import httpx
+
+        cpu0 = time.thread_time()
+        try:
+            with httpx.Client(timeout=httpx.Timeout(self.timeout_s), trust_env=False,
+                              headers={"Accept": "text/plain;version=0.0.4;q=0.9,*/*;q=0.1", **self._headers},
+                              follow_redirects=True) as client:
+                self._client = client
+                next_at = time.monotonic()
+                while not self._stop.is_set():
+                    self.scrape_once()
+                    self.stats.cpu_s = time.thread_time() - cpu0
+                    next_at += self.interval_s
+                    now = time.monotonic()
+                    if next_at < now:  # a slow scrape: skip the missed ticks, never burst
+                        next_at = now + self.interval_s - (now - next_at) % self.interval_s
+                    self._stop.wait(next_at - now)
+        except Exception as e:  # never into the host: say it, stop
+            self._say("crash", f"metrics scraper stopped: {type(e).__name__}: {_line(e)}")
+            self.stats.stopped = self.stats.stopped or "error"
+        finally:
+            self._client = None
+            self.stats.cpu_s = time.thread_time() - cpu0
+
+    def scrape_once(self) -> int:
+        """One scrape: fetch, parse, emit. Returns the rows emitted (0 on any failure)."""
+        import httpx
+
+        client = self._client
+        own = client is None
+        if own:
+            client = httpx.Client(timeout=httpx.Timeout(self.timeout_s), trust_env=False)
+        try:
+            return self._scrape(client)
+        finally:
+            if own:
+                client.close()
+
+    def _scrape(self, client: Any) -> int:
+        import httpx
+
+        self.stats.scrapes += 1
+        try:
+            status, ctype, body, cut = self._fetch(client)
+        except (httpx.HTTPError, TimeoutError, OSError) as e:
+            self.stats.failures += 1
+            kind = "timeout" if isinstance(e, (httpx.TimeoutException, TimeoutError)) else "unreachable"
+            self._say(kind, f"metrics scrape of {self.url} failed ({_line(e) or type(e).__name__}); "
+                            f"retrying every {self.interval_s:g} s (said once)")
+            return 0
+        ts = self.now()
+        if status >= 500:
+            self.stats.failures += 1
+            self._say("5xx", f"metrics scrape of {self.url}: HTTP {status}; retrying every "
+                             f"{self.interval_s:g} s (said once)")
+            return 0
+        if status >= 400:
+            return self._give_up(f"HTTP {status}: no engine metrics there (docs/serving.md says how each "
+                                 "engine turns /metrics on)")
+        if cut:
+            return self._give_up(f"the body is over {self.max_bytes >> 20} MiB: not an engine's metrics page")
+        if "html" in ctype.lower() or body.lstrip()[:1] == b"<":
+            return self._give_up("it answered an HTML page, not Prometheus metrics")
+        try:
+            samples, bad = parse_metrics(body.decode("utf-8", "replace"), ctype)
+        except NotMetrics as e:
+            return self._give_up(str(e))
+        if bad:
+            self.stats.malformed_lines += bad
+            self._say("malformed", f"metrics from {self.url}: {bad} malformed line(s) skipped, the rest kept "
+                                   "(said once)")
+        if self._stop.is_set() or not samples:
+            return 0
+        rows = [(ts, name, labels, value, self.clock) for name, labels, value in samples]
+        try:
+            self.emit(rows)
+        except Exception as e:
+            self.stats.failures += 1
+            self._say("emit", f"metrics rows not written: {type(e).__name__}: {_line(e)} (said once)")
+            return 0
+        self.stats.rows += len(rows)
+        return len(rows)
+
+    def _fetch(self, client: Any) -> tuple[int, str, bytes, bool]:
+        """(status, content type, body, cut at max_bytes) within timeout_s in all (a dripping body too)."""
+        deadline = time.monotonic() + self.timeout_s
+        with client.stream("GET", self.url) as resp:
+            parts: list[bytes] = []
+            n = 0
+            for part in resp.iter_bytes():
+                parts.append(part)
+                n += len(part)
+                if n > self.max_bytes:
+                    return resp.status_code, resp.headers.get("content-type", ""), b"", True
+                if time.monotonic() > deadline or self._stop.is_set():
+                    raise TimeoutError(f"no complete answer in {self.timeout_s:g} s")
+                if resp.status_code >= 400 and n >= 4096:
+                    break  # enough of an error page
+            return resp.status_code, resp.headers.get("content-type", ""), b"".join(parts), False
+
+    def _give_up(self, why: str) -> int:
+        self.stats.failures += 1
+        self.stats.stopped = why
+        self._say("stop", f"metrics scraping of {self.url} stopped: {why}; the run goes on without engine metrics")
+        self._stop.set()
+        return 0
+
+    def _say(self, key: str, message: str) -> None:
+        if key in self._said:
+            return
+        self._said.add(key)
+        self.stats.warnings.append(message)
+        try:
+            self._warn(message)
+        except Exception:
+            pass
+
+
+def _line(e: BaseException) -> str:
+    return " ".join(str(e).split())[:200]
+
+
+def recorder_emit(recorder: Any) -> Callable[[list[Row]], None]:
+    """An ``emit`` that appends rows to a :class:`collectors.recorder.Recorder`'s ``server_metrics``."""
+    sink = recorder.sink("server_metrics")
+
+    def emit(rows: list[Row]) -> None:
+        if recorder.enabled:
+            for row in rows:
+                sink.append(row)
+
+    return emit
+
+
+def attach_scraper(recorder: Any, url: str, *, clock: str, interval_s: float = DEFAULT_INTERVAL_S,
+                   now: Callable[[], int] = time.time_ns) -> MetricsScraper:
+    """Start a scraper writing into ``recorder``'s trace; it stops before the trace closes.
+
+    The scrape's URL, interval and clock are written to meta.json (``server_metrics``)."""
+    recorder.writer.update_meta(server_metrics={
+        "url": url, "interval_s": interval_s, "clock": clock,
+        "timestamps": "the scraping host's clock when each scrape's response arrived"})
+    scraper = MetricsScraper(url, recorder_emit(recorder), clock=clock, interval_s=interval_s, now=now)
+    recorder.on_close(scraper.stop)
+    return scraper.start()
