@@ -12,8 +12,9 @@
 -- Gauges are averaged (and their maximum taken) over the scrapes inside the window. Counters
 -- and histogram series stay raw in the trace: their deltas are taken here, from the last
 -- scrape at or before the window's start (the scraper reads one before the first request, so
--- a warm-up or earlier traffic never counts) to the last scrape at or before its end; a
--- counter that went down (an engine restart) counts from zero. Time histograms give a mean
+-- a warm-up or earlier traffic never counts) to the first scrape at or after its end (the
+-- scraper reads one when the run ends), else the nearest inside; a counter that went down
+-- (an engine restart) counts from zero. Time histograms give a mean
 -- (delta of _sum over delta of _count) and p50/p95 interpolated inside buckets, as
 -- Prometheus's histogram_quantile does. Where several label sets carry one concept (several
 -- models or data-parallel engines) counts and times add up; usage ratios are averaged.
@@ -69,6 +70,13 @@ SELECT * FROM (VALUES
     ('dynamo', 'itl', 'dynamo_frontend_inter_token_latency_seconds', 'histogram', 3)
 ) AS v(engine, concept, name, kind, preference);
 
+-- Each mapped name as exported: as documented, and with ':' as '_' (how some OpenMetrics
+-- expositions spell names with colons).
+CREATE OR REPLACE VIEW _engine_names_all AS
+SELECT engine, concept, name, kind, preference FROM engine_names
+UNION ALL
+SELECT engine, concept, replace(name, ':', '_'), kind, preference FROM engine_names WHERE name LIKE '%:%';
+
 -- @view engine_series
 -- Every series scraped (mapped or not), with the concept it stands for: the way into series
 -- no mapping knows (their samples are in server_metrics).
@@ -88,7 +96,7 @@ FROM (SELECT *, CASE WHEN name LIKE '%\_bucket' ESCAPE '\' THEN 'bucket'
                      WHEN name LIKE '%\_sum' ESCAPE '\' THEN 'sum'
                      WHEN name LIKE '%\_count' ESCAPE '\' THEN 'count' END AS part
       FROM server_metrics) AS m
-LEFT JOIN engine_names AS n
+LEFT JOIN _engine_names_all AS n
     ON n.name = m.name OR (n.kind = 'histogram' AND m.part IS NOT NULL
         AND m.name = n.name || '_' || m.part)
 GROUP BY ALL;
@@ -98,7 +106,7 @@ CREATE OR REPLACE TEMP TABLE _engine_pick AS
 SELECT trace, concept, arg_min(engine, preference) AS engine, arg_min(base, preference) AS name,
     arg_min(kind, preference) AS kind
 FROM (SELECT DISTINCT s.trace, s.concept, s.engine, n.name AS base, n.kind, n.preference
-      FROM engine_series AS s JOIN engine_names AS n ON n.engine = s.engine AND n.concept = s.concept
+      FROM engine_series AS s JOIN _engine_names_all AS n ON n.engine = s.engine AND n.concept = s.concept
           AND (s.name = n.name OR s.name = n.name || '_' || s.part))
 GROUP BY trace, concept;
 
@@ -155,12 +163,11 @@ FROM _engine_samples
 WHERE kind = 'gauge'
 GROUP BY trace, ts_ns;
 
--- Per series (concept, labels, part), its value at the window's start and end.
+-- Per series (concept, labels, part), its value at the scrapes that bracket the window.
 CREATE OR REPLACE TEMP TABLE _engine_deltas AS
 SELECT s.trace, s.concept, s.labels, s.part, s.le,
-    arg_max(s.value, s.ts_ns) FILTER (WHERE s.ts_ns <= w.end_ns) AS v_end,
-    coalesce(arg_max(s.value, s.ts_ns) FILTER (WHERE s.ts_ns <= w.start_ns),
-             arg_min(s.value, s.ts_ns) FILTER (WHERE s.ts_ns <= w.end_ns)) AS v_start,
+    coalesce(arg_min(s.value, s.ts_ns) FILTER (WHERE s.ts_ns >= w.end_ns), arg_max(s.value, s.ts_ns)) AS v_end,
+    coalesce(arg_max(s.value, s.ts_ns) FILTER (WHERE s.ts_ns <= w.start_ns), arg_min(s.value, s.ts_ns)) AS v_start,
     bool_or(s.ts_ns <= w.start_ns) AS has_baseline
 FROM _engine_samples AS s JOIN engine_window AS w USING (trace)
 WHERE s.kind IN ('counter', 'histogram')

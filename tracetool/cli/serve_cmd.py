@@ -10,6 +10,7 @@ import click
 
 from tracetool.cli.attach_cmd import live_config, live_options
 from tracetool.cli.common import emit_json, json_option, sigterm_as_ctrl_c, warn
+from tracetool.cli.metrics_options import metrics_options
 from tracetool.cli.samplers import chosen_samplers, sampler_options
 from tracetool.errors import UsageError
 
@@ -120,11 +121,13 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
               help="Write the client trace here.")
 @click.option("--force", is_flag=True, help="Replace the trace in a non-empty output directory.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+@metrics_options(auto=True)
 @json_option
 def probe(url: str, n: int, concurrency: int, rate: float | None, prompt_tokens: int,
           prompt_file: Path | None, max_tokens: int, chat: bool | None, model: str | None,
           api_key: str | None, timeout: float, ignore_eos: bool, no_usage: bool, seed: int,
-          output: Path | None, force: bool, quiet: bool, as_json: bool) -> int:
+          output: Path | None, force: bool, quiet: bool, as_json: bool, metrics_url: str | None = None,
+          metrics_interval: float = 1.0) -> int:
     """Load-test an OpenAI-compatible endpoint and record what the client saw.
 
     \b
@@ -142,8 +145,12 @@ def probe(url: str, n: int, concurrency: int, rate: float | None, prompt_tokens:
     outcome. Failed requests, broken streams included (no content token, no
     finish_reason, an error event, cut mid-message), are recorded and counted;
     a request on a pooled connection closed before any response byte is sent
-    again once on a new one. The exit code is 0 when the run completed, 3 when
-    nothing could be reached.
+    again once on a new one. With --metrics-url auto (or a URL) and -o it also
+    scrapes the server's Prometheus metrics every --metrics-interval seconds
+    into the trace (server_metrics: requests waiting/running, KV-cache usage,
+    queue/prefill/decode histograms, on this host's clock); a bad metrics
+    endpoint gets one warning and never costs the probe its results. The exit
+    code is 0 when the run completed, 3 when nothing could be reached.
     """
     from tracetool.serving.probe import ProbeConfig, run_probe
     from tracetool.serving.report import print_probe_report, probe_report
@@ -154,7 +161,8 @@ def probe(url: str, n: int, concurrency: int, rate: float | None, prompt_tokens:
     cfg = ProbeConfig(url=url, n=n, concurrency=concurrency, rate=rate, prompt_tokens=prompt_tokens,
                       prompt_file=prompt_file, max_tokens=max_tokens, chat=chat, model=model, api_key=api_key,
                       timeout_s=timeout, seed=seed, ignore_eos=ignore_eos, include_usage=not no_usage,
-                      out=output, progress=not quiet)
+                      out=output, progress=not quiet, metrics_url=metrics_url,
+                      metrics_interval_s=metrics_interval)
     with sigterm_as_ctrl_c():  # stopped early either way, the trace is closed first
         result = run_probe(cfg)
     report = probe_report(result)

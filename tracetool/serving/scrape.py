@@ -170,7 +170,12 @@ class MetricsScraper:
         self._said: set[str] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._closed = False
+        #: whether the latest scrape got an answer (no last scrape at the end after a failed one)
+        self._last_ok = False
         self._client: Any = None
+        #: set once the first scrape has been tried (whatever came of it)
+        self.first = threading.Event()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> MetricsScraper:
@@ -178,12 +183,28 @@ class MetricsScraper:
         self._thread.start()
         return self
 
-    def stop(self) -> ScrapeStats:
-        """Stop after the scrape in hand (waiting at most its timeout); rows after this are not emitted."""
+    def stop(self, final_scrape: bool = True) -> ScrapeStats:
+        """Stop after the scrape in hand (waiting at most its timeout), then, unless scraping gave
+        up, scrape once more: the counters' value at the end of the run (bounded by timeout_s)."""
+        if self._closed:
+            return self.stats
+        self._closed = True
         self._stop.set()
         t = self._thread
         if t is not None and t is not threading.current_thread():
             t.join(self.timeout_s + 1.0)
+            if t.is_alive():
+                return self.stats  # a hung scrape: its rows are dropped (the stop flag is set)
+        if final_scrape and self.stats.stopped is None and self._last_ok:
+            import httpx
+
+            cpu0 = time.thread_time()
+            try:
+                with httpx.Client(timeout=httpx.Timeout(self.timeout_s), trust_env=False) as client:
+                    self._scrape(client, final=True)
+            except Exception as e:
+                self._say("crash", f"metrics scraper: last scrape failed: {type(e).__name__}: {_line(e)}")
+            self.stats.cpu_s += time.thread_time() - cpu0
         return self.stats
 
     def __enter__(self) -> MetricsScraper:
@@ -209,6 +230,7 @@ class MetricsScraper:
                 next_at = time.monotonic()
                 while not self._stop.is_set():
                     self.scrape_once()
+                    self.first.set()
                     self.stats.cpu_s = time.thread_time() - cpu0
                     next_at += self.interval_s
                     now = time.monotonic()
@@ -220,6 +242,7 @@ class MetricsScraper:
             self.stats.stopped = self.stats.stopped or "error"
         finally:
             self._client = None
+            self.first.set()
             self.stats.cpu_s = time.thread_time() - cpu0
 
     def scrape_once(self) -> int:
@@ -236,12 +259,13 @@ class MetricsScraper:
             if own:
                 client.close()
 
-    def _scrape(self, client: Any) -> int:
+    def _scrape(self, client: Any, final: bool = False) -> int:
         import httpx
 
         self.stats.scrapes += 1
+        self._last_ok = False
         try:
-            status, ctype, body, cut = self._fetch(client)
+            status, ctype, body, cut = self._fetch(client, final)
         except (httpx.HTTPError, TimeoutError, OSError) as e:
             self.stats.failures += 1
             kind = "timeout" if isinstance(e, (httpx.TimeoutException, TimeoutError)) else "unreachable"
@@ -265,11 +289,12 @@ class MetricsScraper:
             samples, bad = parse_metrics(body.decode("utf-8", "replace"), ctype)
         except NotMetrics as e:
             return self._give_up(str(e))
+        self._last_ok = True
         if bad:
             self.stats.malformed_lines += bad
             self._say("malformed", f"metrics from {self.url}: {bad} malformed line(s) skipped, the rest kept "
                                    "(said once)")
-        if self._stop.is_set() or not samples:
+        if (self._stop.is_set() and not final) or not samples:
             return 0
         rows = [(ts, name, labels, value, self.clock) for name, labels, value in samples]
         try:
@@ -281,7 +306,7 @@ class MetricsScraper:
         self.stats.rows += len(rows)
         return len(rows)
 
-    def _fetch(self, client: Any) -> tuple[int, str, bytes, bool]:
+    def _fetch(self, client: Any, final: bool = False) -> tuple[int, str, bytes, bool]:
         """(status, content type, body, cut at max_bytes) within timeout_s in all (a dripping body too)."""
         deadline = time.monotonic() + self.timeout_s
         with client.stream("GET", self.url) as resp:
@@ -292,7 +317,7 @@ class MetricsScraper:
                 n += len(part)
                 if n > self.max_bytes:
                     return resp.status_code, resp.headers.get("content-type", ""), b"", True
-                if time.monotonic() > deadline or self._stop.is_set():
+                if time.monotonic() > deadline or (self._stop.is_set() and not final):
                     raise TimeoutError(f"no complete answer in {self.timeout_s:g} s")
                 if resp.status_code >= 400 and n >= 4096:
                     break  # enough of an error page
@@ -333,13 +358,23 @@ def recorder_emit(recorder: Any) -> Callable[[list[Row]], None]:
 
 
 def attach_scraper(recorder: Any, url: str, *, clock: str, interval_s: float = DEFAULT_INTERVAL_S,
-                   now: Callable[[], int] = time.time_ns) -> MetricsScraper:
+                   now: Callable[[], int] = time.time_ns, first_wait_s: float = 2.0) -> MetricsScraper:
     """Start a scraper writing into ``recorder``'s trace; it stops before the trace closes.
 
-    The scrape's URL, interval and clock are written to meta.json (``server_metrics``)."""
-    recorder.writer.update_meta(server_metrics={
-        "url": url, "interval_s": interval_s, "clock": clock,
-        "timestamps": "the scraping host's clock when each scrape's response arrived"})
+    Waits up to ``first_wait_s`` for the first scrape, so that the counters of the run have a
+    baseline taken before its first request. The URL, interval, clock and, at the end, what
+    the scraper did are written to meta.json (``server_metrics``)."""
+    info: dict[str, Any] = {"url": url, "interval_s": interval_s, "clock": clock,
+                            "timestamps": "the scraping host's clock when each scrape's response arrived"}
+    recorder.writer.update_meta(server_metrics=info)
     scraper = MetricsScraper(url, recorder_emit(recorder), clock=clock, interval_s=interval_s, now=now)
-    recorder.on_close(scraper.stop)
-    return scraper.start()
+
+    def stop() -> None:
+        st = scraper.stop()
+        recorder.writer.update_meta(server_metrics={**info, "scrapes": st.scrapes, "failures": st.failures,
+                                                    "rows": st.rows, "stopped": st.stopped})
+
+    recorder.on_close(stop)
+    scraper.start()
+    scraper.first.wait(first_wait_s)
+    return scraper
