@@ -272,6 +272,8 @@ LEFT JOIN _engine_quantiles AS q95 ON q95.trace = p.trace AND q95.concept = p.co
 -- @column decode_time_ms_p95: 95th percentile decode time, milliseconds.
 -- @column decode_time_n: Requests the decode-time histogram observed in the window.
 -- @column tokenize_time_ms_mean: Mean tokenization (TGI: validation) time, milliseconds.
+-- @column tokenize_time_ms_p50: Median tokenization time, milliseconds.
+-- @column tokenize_time_ms_p95: 95th percentile tokenization time, milliseconds.
 -- @column tokenize_time_n: Requests the tokenize-time histogram observed in the window.
 -- @column baseline: Whether every delta had a scrape at or before the window's start as its baseline.
 CREATE OR REPLACE TEMP TABLE engine_summary AS
@@ -302,6 +304,8 @@ x AS (
         any_value(p95 * 1000) FILTER (WHERE concept = 'decode_time') AS decode_time_ms_p95,
         any_value(samples) FILTER (WHERE concept = 'decode_time') AS decode_time_n,
         any_value(mean * 1000) FILTER (WHERE concept = 'tokenize_time') AS tokenize_time_ms_mean,
+        any_value(p50 * 1000) FILTER (WHERE concept = 'tokenize_time') AS tokenize_time_ms_p50,
+        any_value(p95 * 1000) FILTER (WHERE concept = 'tokenize_time') AS tokenize_time_ms_p95,
         any_value(samples) FILTER (WHERE concept = 'tokenize_time') AS tokenize_time_n,
         coalesce(bool_and(baseline), true) AS baseline
     FROM s GROUP BY trace
@@ -349,45 +353,45 @@ WITH e AS (
 )
 SELECT id, detail FROM (
     SELECT 'engine-queueing' AS id,
-        'up to ' || round(e.requests_waiting_max)::BIGINT || ' requests waited (mean '
-            || round(e.requests_waiting_mean, 1) || ', ' || (SELECT series FROM c WHERE concept = 'requests_waiting')
-            || ')' || coalesce('; the engine''s mean queue time was ' || round(e.queue_time_ms_mean, 1) || ' ms over '
-            || e.queue_time_n || ' requests = ' || round(100 * e.queue_time_ms_mean / lat.ttft_ms) || ' % of mean TTFT '
-            || round(lat.ttft_ms, 1) || ' ms (' || (SELECT series FROM c WHERE concept = 'queue_time') || ')', '')
+        'up to ' || _n(e.requests_waiting_max) || ' requests waited at one scrape (mean ' || _f(e.requests_waiting_mean, 1)
+            || ', ' || (SELECT series FROM c WHERE concept = 'requests_waiting') || ')'
+            || coalesce('; the engine''s mean queue time was ' || _ms(e.queue_time_ms_mean) || ' over '
+                || _n(e.queue_time_n) || ' requests = ' || _pct(e.queue_time_ms_mean / lat.ttft_ms) || ' of mean TTFT '
+                || _ms(lat.ttft_ms) || ' (' || (SELECT series FROM c WHERE concept = 'queue_time') || ')', '')
             || ': the server is saturated; queueing is real' AS detail
     FROM e, lat, _thresholds AS t
     WHERE e.requests_waiting_max >= t.engine_waiting_requests
         AND (e.queue_time_ms_mean IS NULL OR e.queue_time_ms_mean >= t.queue_ttft_share * lat.ttft_ms)
     UNION ALL
     SELECT 'engine-no-queueing',
-        'no scrape saw a request waiting (max ' || coalesce(round(e.requests_waiting_max)::BIGINT::VARCHAR, '-')
-            || ', ' || (SELECT series FROM c WHERE concept = 'requests_waiting') || ', ' || e.scrapes || ' scrapes)'
-            || coalesce('; the engine''s mean queue time was ' || round(e.queue_time_ms_mean, 1) || ' ms = '
-            || round(100 * e.queue_time_ms_mean / lat.ttft_ms, 1) || ' % of mean TTFT ('
-            || (SELECT series FROM c WHERE concept = 'queue_time') || ')', '')
+        'at most ' || _n(e.requests_waiting_max) || ' requests waited at one scrape ('
+            || (SELECT series FROM c WHERE concept = 'requests_waiting') || ', ' || _n(e.scrapes) || ' scrapes)'
+            || coalesce('; the engine''s mean queue time was ' || _ms(e.queue_time_ms_mean) || ' = '
+                || _pct(e.queue_time_ms_mean / lat.ttft_ms) || ' of mean TTFT ('
+                || (SELECT series FROM c WHERE concept = 'queue_time') || ')', '')
             || ': queueing is not the story'
     FROM e, lat, _thresholds AS t
     WHERE e.requests_waiting_max < t.engine_waiting_requests
         AND coalesce(e.queue_time_ms_mean < t.misdiagnosis_share * lat.ttft_ms, true)
     UNION ALL
     SELECT 'engine-kv-pressure',
-        'KV-cache usage reached ' || round(100 * e.kv_cache_usage_max) || ' % (mean ' || round(100 * e.kv_cache_usage_mean)
-            || ' %, ' || (SELECT series FROM c WHERE concept = 'kv_cache_usage') || ') and the engine preempted '
-            || round(e.preemptions)::BIGINT || ' time(s) in the window (' || (SELECT series FROM c WHERE concept = 'preemptions')
+        'KV-cache usage reached ' || _pct(e.kv_cache_usage_max) || ' (mean ' || _pct(e.kv_cache_usage_mean)
+            || ', ' || (SELECT series FROM c WHERE concept = 'kv_cache_usage') || ') and the engine preempted '
+            || _n(e.preemptions) || ' time(s) in the window (' || (SELECT series FROM c WHERE concept = 'preemptions')
             || '): a preempted request gets no step until it is rescheduled'
-            || coalesce(', which explains ITL p99 ' || round(itl.p99_ms, 1) || ' ms against p50 ' || round(itl.p50_ms, 1) || ' ms', '')
+            || coalesce(', which explains ITL p99 ' || _ms(itl.p99_ms) || ' against p50 ' || _ms(itl.p50_ms), '')
             || '. Levers: fewer concurrent requests, fp8 KV cache, a larger KV budget'
     FROM e, itl, _thresholds AS t
     WHERE e.kv_cache_usage_max >= t.kv_cache_full AND e.preemptions > 0
     UNION ALL
     SELECT 'engine-prefix-cache-misses',
-        'prefix-cache hit rate ' || round(100 * e.prefix_cache_hit_rate, 1) || ' % ('
+        'prefix-cache hit rate ' || _pct(e.prefix_cache_hit_rate) || ' ('
             || coalesce((SELECT string_agg(series, ' / ' ORDER BY concept) FROM c
                          WHERE concept IN ('prefix_cache_hits', 'prefix_cache_queries')),
                         (SELECT series FROM c WHERE concept = 'prefix_cache_hit_rate'))
-            || ') with prompts of ' || round(lat.prompt_tokens)::BIGINT || ' tokens on average: if they share a system prompt, '
-            || 'the cache is not reusing it and every request pays its prefill again (check that prefix caching is on and '
-            || 'that the shared part comes first and is byte-identical)'
+            || ') with prompts of ' || _n(lat.prompt_tokens) || ' tokens on average: if they share a system prompt, '
+            || 'the cache is not reusing it and every request pays its prefill again (check that prefix caching is on '
+            || 'and that the shared part comes first and is byte-identical)'
     FROM e, lat, _thresholds AS t
     WHERE e.prefix_cache_hit_rate < t.prefix_cache_hit_rate_low AND lat.prompt_tokens >= t.prefix_cache_prompt_tokens
 );
