@@ -28,7 +28,7 @@ def _requests(n: int, prompt_tokens: int) -> pa.Table:
 
 def _hist(ts: int, name: str, buckets: dict[str, float], total: float, count: float) -> list:
     rows = [(ts, f"{name}_bucket", {"le": le, "model_name": "m"}, v) for le, v in buckets.items()]
-    return rows + [(ts, f"{name}_sum", {"model_name": "m"}, total), (ts, f"{name}_count", {"model_name": "m"}, count)]
+    return [*rows, (ts, f"{name}_sum", {"model_name": "m"}, total), (ts, f"{name}_count", {"model_name": "m"}, count)]
 
 
 @pytest.fixture
