@@ -1,7 +1,7 @@
 """``--metrics-url`` and ``--metrics-interval``: scrape a server's Prometheus metrics into the trace.
 
 Shared by ``probe``, ``record``, ``serve`` and ``attach --record`` (docs/serving.md, "Engine
-metrics"); the scraper itself is :mod:`tracetool.serving.scrape`.
+metrics"); the scraper itself is :mod:`collectors.prometheus`.
 """
 
 from __future__ import annotations

@@ -48,11 +48,13 @@ from tracetool.errors import UsageError
                    "measured against (benchmarks/soak.py).")
 @sampler_options
 @live_options
+@metrics_options(auto=False)
 def serve(model_path: Path | None, output: Path | None, force: bool, host: str, port: int,
           served_model_name: str | None, max_batch: int, max_queue: int, max_prompt_tokens: int,
           max_output_tokens: int, max_body_bytes: int, device: str, threads: int | None, seed: int,
           graceful_timeout: float, live: str | None, live_token: str | None, live_tls_cert: Path | None,
-          live_tls_key: Path | None, live_flush_s: float | None, no_record: bool, **samplers: float | None) -> int:
+          live_tls_key: Path | None, live_flush_s: float | None, no_record: bool, metrics_url: str | None = None,
+          metrics_interval: float = 1.0, **samplers: float | None) -> int:
     """Run an OpenAI-compatible server with tracetool's collectors on.
 
     \b
@@ -68,7 +70,9 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
     server's timing (Server-Timing header, or a server_timing field in the last
     SSE event). With --live HOST:PORT the trace is also streamed to
     `tracetool attach` viewers as it is written (docs/live.md). Binds
-    127.0.0.1 unless --host says otherwise. Ctrl-C or SIGTERM
+    127.0.0.1 unless --host says otherwise. With --metrics-url URL it also
+    scrapes another server's Prometheus metrics (an engine beside it) into
+    the trace on the server clock. Ctrl-C or SIGTERM
     stops it and closes the trace (exit 0). Malformed requests get
     OpenAI-style JSON errors (400, 404 unknown model, 413 body too large,
     503 queue full).
@@ -88,6 +92,10 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
                       threads=threads,
                       graceful_s=graceful_timeout, force=force or output is None,
                       samplers=chosen, live=live_cfg, record=not no_record)
+    if metrics_url is not None:
+        from collectors.prometheus import metrics_url as checked
+
+        cfg.metrics = (checked(metrics_url), metrics_interval)
     return run_server(cfg)
 
 

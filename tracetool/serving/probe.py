@@ -183,7 +183,7 @@ class Prober:
         self.finished = 0
         self.failed = 0
         self.recorder: Any = None
-        self.scraper: Any = None  # tracetool.serving.scrape.MetricsScraper with --metrics-url
+        self.scraper: Any = None  # collectors.prometheus.MetricsScraper with --metrics-url
         self.models_listed = False
         self.setup_connect: tuple[int, int] | None = None
         #: optional request fields, dropped (one notice each) when a server rejects them: usage in
@@ -456,7 +456,7 @@ class Prober:
         scrape is waited for (a bounded time) so the window's counters have a baseline."""
         if self.cfg.metrics_url is None or self.recorder is None:
             return
-        from tracetool.serving.scrape import attach_scraper, metrics_url
+        from collectors.prometheus import attach_scraper, metrics_url
 
         self.scraper = attach_scraper(self.recorder, metrics_url(self.cfg.metrics_url, self.base), clock="client",
                                       interval_s=self.cfg.metrics_interval_s, now=client_now)
@@ -510,7 +510,7 @@ def run_probe(cfg: ProbeConfig) -> ProbeResult:
     if cfg.rate is not None and cfg.rate <= 0:
         raise UsageError("--rate must be > 0 requests/s")
     if cfg.metrics_url is not None:
-        from tracetool.serving.scrape import metrics_url
+        from collectors.prometheus import metrics_url
 
         if cfg.out is None:
             raise UsageError("--metrics-url needs -o: the samples go into the trace's server_metrics table")
