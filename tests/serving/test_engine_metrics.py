@@ -108,3 +108,35 @@ def test_probe_cli_scrapes_and_validate_accepts_the_table(cli, tmp_path: Path) -
     v = cli("validate", out, "--json")
     assert v.code == 0, v.err
     assert "server_metrics" in json.dumps(json.loads(v.out))
+
+
+def test_serve_scrapes_on_the_server_clock(tmp_path: Path) -> None:
+    """tracetool serve --metrics-url: an engine's metrics scraped by the recording process, their
+    window the server.request spans."""
+    from tests.serving.conftest import wait_ready
+    from tracetool.serving.demo import server_process
+
+    trace = tmp_path / "server"
+    with EngineDouble("vllm") as engine:
+        metrics = engine.url.removesuffix("/v1") + "/metrics"
+        with server_process(trace, "--threads", "1", "--metrics-url", metrics, "--metrics-interval", "0.1") as (url, _):
+            wait_ready(url)
+            run_probe(ProbeConfig(url=url, n=2, concurrency=2, max_tokens=3, progress=False))
+    t = open_trace(trace)
+    assert t.rows("server_metrics") > 0
+    assert set(t.table("server_metrics").column("clock").to_pylist()) == {"server"}
+    assert t.meta["server_metrics"]["url"] == metrics
+    (w,) = analyze(trace).query("SELECT * FROM engine_window").to_pylist()
+    assert w["clock"] == "server" and w["basis"] == "requests"
+
+
+def test_record_scrapes_while_the_program_runs(tmp_path: Path, cli) -> None:
+    out = tmp_path / "rec"
+    with EngineDouble("sglang") as engine:
+        r = cli("record", "-o", out, "--metrics-url", engine.url.removesuffix("/v1") + "/metrics", "--",
+                "python", "-c", "pass")
+    assert r.code == 0, r.err
+    t = open_trace(out)
+    assert t.rows("server_metrics") > 0  # at least the scrape when the program ended
+    assert "sglang:num_queue_reqs" in set(t.table("server_metrics").column("name").to_pylist())
+    assert t.meta["server_metrics"]["clock"] == "server"
