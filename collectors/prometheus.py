@@ -164,6 +164,8 @@ class ScrapeStats:
     malformed_lines: int = 0
     #: CPU seconds the scraping thread used (time.thread_time): what scraping costs the host
     cpu_s: float = 0.0
+    #: of which the first scrape (imports, the connection): the one-time part
+    first_cpu_s: float = 0.0
     #: why scraping stopped before the run ended, or None
     stopped: str | None = None
     warnings: list[str] = field(default_factory=list)
@@ -267,8 +269,10 @@ class MetricsScraper:
                 next_at = time.monotonic()
                 while not self._stop.is_set():
                     self.scrape_once()
-                    self.first.set()
                     self.stats.cpu_s = time.thread_time() - cpu0
+                    if not self.first.is_set():
+                        self.stats.first_cpu_s = self.stats.cpu_s
+                        self.first.set()
                     next_at += self.interval_s
                     now = time.monotonic()
                     if next_at < now:  # a slow scrape: skip the missed ticks, never burst
