@@ -29,6 +29,8 @@ EXTENSIONS = ("arrows", "arrow", "parquet")
 TABLE_FILE_RE = re.compile(r"^(?P<table>[a-z_][a-z0-9_]*)(?:-(?P<suffix>[^/]+?))?\.(?P<ext>arrows|arrow|parquet)$")
 
 CLOCKS = ("server", "client")
+#: Clocks of ``server_metrics.clock``: a scraper may run on a host of its own.
+METRICS_CLOCKS = ("client", "server", "scraper")
 
 #: Standard span names. Other names are allowed and kept (counted as ``other``
 #: by the analyzers unless they start with one of these).
