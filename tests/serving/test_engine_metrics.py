@@ -105,6 +105,7 @@ def test_probe_cli_scrapes_and_validate_accepts_the_table(cli, tmp_path: Path) -
         r = cli("probe", engine.url, "-n", "4", "--concurrency", "4", "--max-tokens", "3", "-q", "-o", out,
                 "--metrics-url", engine.url.removesuffix("/v1") + "/metrics", "--metrics-interval", "0.1")
     assert r.code == 0, r.err
+    assert "engine metrics: " in r.err and "samples in server_metrics" in r.err
     v = cli("validate", out, "--json")
     assert v.code == 0, v.err
     assert "server_metrics" in json.dumps(json.loads(v.out))

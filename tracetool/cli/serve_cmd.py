@@ -180,6 +180,13 @@ def probe(url: str, n: int, concurrency: int, rate: float | None, prompt_tokens:
         print_probe_report(report)
     if output is not None:
         warn(f"trace written to {output}")
+        if metrics_url is not None:
+            from tracetool.meta import read_meta
+
+            info = read_meta(output).get("server_metrics") or {}
+            warn(f"engine metrics: {info.get('scrapes', 0)} scrape(s) of {info.get('url')}, "
+                 f"{info.get('rows', 0):,} samples in server_metrics"
+                 + (f"; stopped: {info['stopped']}" if info.get("stopped") else ""))
     return 0
 
 
