@@ -146,3 +146,16 @@ def test_every_engine_is_mapped_and_traces_without_metrics_have_no_engine(toy: P
     doc = analyzers.analyze(toy).to_json()
     assert doc["engine"] is None
     assert not [f for f in doc["findings"] if f["id"].startswith("engine-")]
+
+
+def test_a_queue_claim_on_a_client_only_trace_rests_on_the_engine(vllm_trace: Path) -> None:
+    doc = analyzers.analyze(vllm_trace, claims=["queue", "prefill"]).to_json()
+    queue, prefill = doc["claims"]
+    # 325 ms of 1250 ms mean e2e: between misdiagnosis_share (0.10) and supported_share (1/3)
+    assert queue["basis"] == "engine-metrics" and queue["verdict"] == "contributing"
+    assert queue["share"] == pytest.approx(325 / 1250)
+    th = analyzers.Thresholds(supported_share=0.25)
+    assert analyzers.analyze(vllm_trace, claims=["queue"], thresholds=th).to_json()["claims"][0]["verdict"] == \
+        "supported"
+    assert "vllm:request_queue_time_seconds" in queue["detail"] and "window aggregate" in queue["detail"]
+    assert prefill["basis"] == "none" and prefill["verdict"] == "unmeasured"  # not exported here
