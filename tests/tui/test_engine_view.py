@@ -77,3 +77,25 @@ async def test_system_screen_says_how_to_get_engine_metrics(chat: Path, make_app
         assert not app.screen.query_one(EngineStrips).display
         note = app.screen.query_one("#engine-note", Static)
         assert "no server_metrics table" in text_of(note) and "--metrics-url auto" in text_of(note)
+
+
+async def test_overview_marks_components_filled_from_engine_metrics(tmp_path: Path, make_app: Any) -> None:
+    """A client-only trace whose engine exported a queue-time histogram: the waterfall shows the
+    engine's window mean for queue, marked as such, not as a measured bar."""
+    path = engine_trace(tmp_path / "engine")
+    rows = []
+    for t, (count, total) in ((0, (0, 0.0)), (1_100 * MS, (4, 0.8))):
+        rows += [(t, "vllm:request_queue_time_seconds_bucket", {"le": "+Inf"}, float(count)),
+                 (t, "vllm:request_queue_time_seconds_sum", {}, total),
+                 (t, "vllm:request_queue_time_seconds_count", {}, float(count))]
+    extra = pa.table({"ts_ns": pa.array([r[0] for r in rows], pa.int64()), "name": [r[1] for r in rows],
+                      "labels": [json.dumps(r[2]) for r in rows], "value": pa.array([r[3] for r in rows], pa.float64()),
+                      "clock": ["client"] * len(rows)})
+    with pa.OSFile(str(path / "server_metrics-queue.arrows"), "wb") as f, pa.ipc.new_stream(f, extra.schema) as w:
+        w.write_table(extra)
+    app = make_app(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        text = screen_text(app)
+        queue = next(line for line in text.splitlines() if line.strip().startswith("queue"))
+        assert "200.0 ms" in queue and "engine metrics" in queue
