@@ -424,3 +424,28 @@ def attach_scraper(recorder: Any, url: str, *, clock: str, interval_s: float = D
     scraper.start()
     scraper.first.wait(first_wait_s)
     return scraper
+
+
+def scrape_into_writer(writer: Any, url: str, *, clock: str, interval_s: float = DEFAULT_INTERVAL_S,
+                       first_wait_s: float = 2.0) -> Callable[[], None]:
+    """Scrape ``url`` into a :class:`tracetool.writer.TraceWriter`'s ``server_metrics`` (no
+    recorder: ``tracetool attach --record``); returns the stop, which records in meta.json what
+    the scraper did."""
+    sink = writer.sink("server_metrics")
+
+    def emit(rows: list[Row]) -> None:
+        for row in rows:
+            sink.append(row)
+
+    info: dict[str, Any] = {"url": url, "interval_s": interval_s, "clock": clock,
+                            "timestamps": "the scraping host's clock when each scrape's response arrived"}
+    writer.update_meta(server_metrics=info)
+    scraper = MetricsScraper(url, emit, clock=clock, interval_s=interval_s).start()
+    scraper.first.wait(first_wait_s)
+
+    def stop() -> None:
+        st = scraper.stop()
+        writer.update_meta(server_metrics={**info, "scrapes": st.scrapes, "failures": st.failures, "rows": st.rows,
+                                           "stopped": st.stopped})
+
+    return stop

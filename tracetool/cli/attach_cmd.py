@@ -189,7 +189,16 @@ def _record(addrs: list[Address], out: Path, duration: float, options: ClientOpt
     from tracetool.live.headless import record_live
 
     warn(f"recording {', '.join(str(a) for a in addrs)} for {duration:g} s into {out}")
-    result = record_live(addrs, out, duration, options=options, force=force, progress=warn, metrics=metrics)
+    beside = None
+    if metrics is not None:
+        from collectors.prometheus import scrape_into_writer
+
+        url, interval = metrics
+
+        def beside(writer: Any) -> Callable[[], None]:  # the viewer's own clock: "scraper"
+            return scrape_into_writer(writer, url, clock="scraper", interval_s=interval)
+
+    result = record_live(addrs, out, duration, options=options, force=force, progress=warn, beside=beside)
     if as_json:
         emit_json({"version": 1, "out": str(result.out), "seconds": round(result.elapsed_s, 3),
                    "interrupted": result.interrupted,

@@ -122,8 +122,11 @@ def record_live(addresses: Sequence[Address], out: Path, duration_s: float, *,
                 options: ClientOptions | None = None, force: bool = False,
                 stop: threading.Event | None = None,
                 progress: Callable[[str], None] | None = None,
-                metrics: tuple[str, float] | None = None) -> RecordResult:
+                beside: Callable[[TraceWriter], Callable[[], None]] | None = None) -> RecordResult:
     """Record live servers for ``duration_s`` seconds (or until ``stop`` is set) into ``out``.
+
+    ``beside(writer)``, with one server, starts something that writes into the same trace (the
+    server's scraped metrics: ``tracetool attach --metrics-url``) and returns its stop.
 
     Raises:
         UsageError: ``out`` is not empty (without ``force``) or not a directory.
@@ -142,7 +145,9 @@ def record_live(addresses: Sequence[Address], out: Path, duration_s: float, *,
     stop = stop or threading.Event()
     t0 = time.monotonic()
     interrupted = False
-    scraper = _start_scraper(recs[0].writer, metrics) if metrics is not None and len(recs) == 1 else None
+    # something recorded beside the stream into the (one) trace, e.g. the server's scraped metrics:
+    # started with the writer, stopped before the trace is finished
+    stop_beside = beside(recs[0].writer) if beside is not None and len(recs) == 1 else None
     for r in recs:
         r.conn.start()
     with _stop_on_sigterm(stop) as terminated:  # installed while saving too: a second TERM waits
@@ -154,8 +159,8 @@ def record_live(addresses: Sequence[Address], out: Path, duration_s: float, *,
         elapsed = time.monotonic() - t0
         for r in recs:
             r.conn.stop()
-        if scraper is not None:
-            _stop_scraper(recs[0].writer, scraper)
+        if stop_beside is not None:
+            stop_beside()
         for r in recs:
             _finish(r, elapsed, opts)
     result = RecordResult(out, [r.rec for r in recs], elapsed, interrupted)
@@ -163,32 +168,6 @@ def record_live(addresses: Sequence[Address], out: Path, duration_s: float, *,
         for s in result.servers:
             progress(_summary(s))
     return result
-
-
-def _start_scraper(writer: TraceWriter, metrics: tuple[str, float]) -> Any:
-    """``--metrics-url``: scrape the server's Prometheus metrics into the recording (this host's
-    clock: ``scraper``, aligned with neither the server's nor a client's)."""
-    from collectors.prometheus import MetricsScraper
-
-    url, interval = metrics
-    sink = writer.sink("server_metrics")
-
-    def emit(rows: list[Any]) -> None:
-        for row in rows:
-            sink.append(row)
-
-    writer.update_meta(server_metrics={"url": url, "interval_s": interval, "clock": "scraper",
-                                       "timestamps": "the scraping host's clock when each scrape's response arrived"})
-    scraper = MetricsScraper(url, emit, clock="scraper", interval_s=interval).start()
-    scraper.first.wait(2.0)
-    return scraper
-
-
-def _stop_scraper(writer: TraceWriter, scraper: Any) -> None:
-    st = scraper.stop()
-    info = dict(writer.meta.get("server_metrics") or {})
-    writer.update_meta(server_metrics={**info, "scrapes": st.scrapes, "failures": st.failures, "rows": st.rows,
-                                       "stopped": st.stopped})
 
 
 @contextmanager

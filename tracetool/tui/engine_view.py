@@ -18,9 +18,10 @@ from textual.widget import Widget
 from textual.worker import get_current_worker
 
 from tracetool.tui.model import View
-from tracetool.tui.widgets.strips import _BLOCKS, resample
+from tracetool.tui.widgets.strips import resample
 
 BUCKETS = 120
+_BLOCKS = " ▁▂▃▄▅▆▇█"  # heights, as the other strips
 ROWS = (("in flight", "$text-accent"), ("waiting", "$text-warning"), ("running", "$text-primary"),
         ("KV usage", "$text-error"))
 LABEL_W = 18
