@@ -147,7 +147,9 @@ def attach(addresses: tuple[str, ...], token: str | None, tls: bool, tls_root: P
         from collectors.prometheus import metrics_url as checked
 
         if record_dir is None or len(addrs) != 1:
-            raise UsageError("--metrics-url goes with --record and one ADDR (the samples go into its trace)")
+            raise UsageError("--metrics-url goes with --record and one ADDR (the samples go into its trace); to "
+                             "watch an engine's metrics live, give --metrics-url to the recording process "
+                             "(tracetool serve/record --live ... --metrics-url URL): its stream carries them")
         metrics = (checked(metrics_url), metrics_interval)
     if record_dir is None and as_json:
         raise UsageError("--json goes with --record (the TUI draws, it prints nothing)")
