@@ -141,6 +141,8 @@ CREATE OR REPLACE VIEW _engine_samples AS
 SELECT m.trace, p.concept, p.kind, m.ts_ns, m.labels, m.value,
     CASE WHEN m.name = p.name THEN NULL ELSE substr(m.name, length(p.name) + 2) END AS part,
     CASE WHEN m.name = p.name || '_bucket'
+        -- a labels string that is not JSON (a third party's trace) gives no bound, not an error
+        AND json_valid(m.labels)
         THEN try_cast(replace(json_extract_string(m.labels, '$.le'), '+Inf', 'inf') AS DOUBLE) END AS le
 FROM server_metrics AS m
 JOIN _engine_pick AS p ON p.trace = m.trace
