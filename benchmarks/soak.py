@@ -119,7 +119,7 @@ def _switch_by_signals(names: Path) -> None:
     acknowledged on stderr after writing ``names``: native thread id -> thread name, for
     per-thread CPU from ``/proc`` (benchmarks/bench_live_flush.py). The benchmark's own server
     process only: the Recorder class is wrapped here to find the instance ``run_server`` makes."""
-    import collectors.recorder as cr
+    import tracetool.recorder as cr
 
     made: list[Any] = []
     base = cr.Recorder

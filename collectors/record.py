@@ -3,7 +3,7 @@
 ``tracetool record -o DIR -- python script.py ARGS`` works the way
 ``opentelemetry-instrument`` does: the child gets ``collectors/_bootstrap`` at
 the front of ``PYTHONPATH``, whose ``sitecustomize`` (chaining to any other
-``sitecustomize``) starts a :class:`~collectors.recorder.Recorder` on ``DIR``
+``sitecustomize``) starts a :class:`~tracetool.recorder.Recorder` on ``DIR``
 and patches ``transformers`` when it is imported (:func:`collectors.hf.autopatch`).
 The trace is closed at interpreter exit, also after an exception, Ctrl-C
 (``KeyboardInterrupt``) or SIGTERM, and the parent exits with the child's code
@@ -98,7 +98,7 @@ def _check_out(out: Path, force: bool) -> None:
 
 
 def _start_samplers(samplers: Mapping[str, float], side: Path, pid: int) -> tuple[Any, list[Callable[[], None]]]:
-    from collectors.recorder import Recorder
+    from tracetool.recorder import Recorder
 
     rec = Recorder(side).start()
     stops: list[Callable[[], None]] = []
@@ -150,7 +150,7 @@ def merge_side_trace(side: Path, out: Path) -> None:
 
 
 def _write_empty_trace(out: Path, note: str, command: Sequence[str]) -> None:
-    from collectors.recorder import Recorder
+    from tracetool.recorder import Recorder
 
     rec = Recorder(out, meta={"recorded_command": list(command)}).start()
     rec.note(note)
@@ -287,7 +287,7 @@ def start_in_child() -> bool:
     if not out:
         return False
     from collectors.hf import autopatch
-    from collectors.recorder import Recorder
+    from tracetool.recorder import Recorder
 
     meta = {"recorded_command": options.get("command") or list(sys.argv)}
     rec = _child_recorder(Recorder, out, meta, options.get("live"))

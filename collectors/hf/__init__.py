@@ -36,7 +36,7 @@ from collectors.hf.generate import (
     wrap_generate,
 )
 from collectors.hf.tokenizer import unwrap_tokenizer, wrap_tokenizer
-from collectors.recorder import Recorder
+from tracetool.recorder import Recorder
 from collectors.torch_hooks import instrument
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from collectors.recorder import Recorder, current_request, now_ns
+from tracetool.recorder import Recorder, current_request, now_ns
 from collectors.torch_hooks import Step, handle_of, instrument
 
 _local = threading.local()

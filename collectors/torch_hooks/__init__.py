@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from collectors.recorder import NULL, Recorder, RequestHandle, now_ns
+from tracetool.recorder import NULL, Recorder, RequestHandle, now_ns
 from collectors.torch_hooks.kv import cache_seq_len, input_shape, past_len
 from tracetool.schema import INT_NULL
 

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from collectors.recorder import NULL, Recorder, RequestHandle, now_ns
+from tracetool.recorder import NULL, Recorder, RequestHandle, now_ns
 from tracetool.notices import say_once
 from tracetool.serving.batch import KVBatch, batchable
 

@@ -160,7 +160,7 @@ def _uvicorn_server(app: Any, cfg: ServeConfig, url: str, on_ready: Callable[[st
 def run_server(cfg: ServeConfig, on_ready: Callable[[str], None] | None = None) -> int:
     """Serve until SIGINT/SIGTERM; returns the exit code. The trace is closed on the way out."""
     from collectors.demo import hardware_meta, model_meta
-    from collectors.recorder import Recorder
+    from tracetool.recorder import Recorder
     from tracetool.serving.engine import Engine
     from tracetool.serving.server import ServerState, build_app
 
