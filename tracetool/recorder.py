@@ -25,21 +25,38 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tracetool.notices import say_once
 from tracetool.schema import INT_NULL
 from tracetool.writer import PackedSink, TraceWriter
-
-if TYPE_CHECKING:
-    from tracetool.live.config import LiveConfig
-    from tracetool.live.sidecar import LiveSidecar
 
 NULL = INT_NULL
 now_ns: Callable[[], int] = time.time_ns
 
 _current: contextvars.ContextVar[RequestHandle | None] = contextvars.ContextVar(
     "tracetool_request", default=None)
+
+
+class LiveStream(Protocol):
+    """A running live endpoint, as the Recorder drives it (:class:`tracetool.live.sidecar.LiveSidecar`)."""
+
+    def finish(self, writer: TraceWriter) -> None:
+        """Before the trace closes: say in ``meta.json`` what the endpoint served."""
+
+    def close(self) -> object:
+        """After the trace closed (its last batches sent): stop the endpoint."""
+
+
+class LiveSpec(Protocol):
+    """What ``Recorder(live=...)`` takes: a live endpoint's options that can start one on a writer
+    (:class:`tracetool.live.config.LiveConfig`). The core only drives it; the endpoint itself
+    lives in :mod:`tracetool.live`, a layer above the core."""
+
+    def start_live(self, writer: TraceWriter) -> LiveStream:
+        """Start streaming ``writer``'s trace; raise :class:`~tracetool.errors.UsageError` when
+        the address cannot be bound."""
+        ...
 
 
 def current_request() -> RequestHandle | None:
@@ -59,17 +76,17 @@ class Recorder:
         writer: an existing :class:`TraceWriter` to share.
         meta: extra ``meta.json`` fields (``model``, ``hardware``).
         enabled: start recording at once; flip :attr:`enabled` at run time.
-        live: stream the trace to viewers while it is written (``tracetool attach``): an address
-            ``"127.0.0.1:PORT"`` (port 0 picks one), or a :class:`tracetool.live.config.LiveConfig`
-            (token, TLS, limits). Off by default. :meth:`start` starts the endpoint (a small
-            process of its own) and raises :class:`~tracetool.errors.UsageError` when the address
-            cannot be bound (docs/live.md).
+        live: stream the trace to viewers while it is written (``tracetool attach``): a
+            :class:`tracetool.live.config.LiveConfig` (address, token, TLS, limits; the
+            ``collectors.Recorder`` spelling also takes an address ``"127.0.0.1:PORT"``). Off by
+            default. :meth:`start` starts the endpoint (a small process of its own) and raises
+            :class:`~tracetool.errors.UsageError` when the address cannot be bound (docs/live.md).
         writer_options: passed to :class:`TraceWriter` (``flush_rows``, ``max_pending_rows``...).
     """
 
     def __init__(self, out: str | Path | None = None, *, writer: TraceWriter | None = None,
                  meta: Mapping[str, Any] | None = None, enabled: bool = True,
-                 live: str | LiveConfig | Mapping[str, Any] | None = None,
+                 live: LiveSpec | None = None,
                  **writer_options: Any) -> None:
         if writer is None:
             if out is None:
@@ -92,7 +109,7 @@ class Recorder:
         self._closers: list[Callable[[], None]] = []
         self._live_spec = live
         #: The live endpoint once started (``live=``), else None.
-        self.live: LiveSidecar | None = None
+        self.live: LiveStream | None = None
 
     @property
     def enabled(self) -> bool:
@@ -119,9 +136,7 @@ class Recorder:
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> Recorder:
         if self._live_spec is not None and self.live is None:
-            from tracetool.live.sidecar import start_live
-
-            self.live = start_live(self.writer, self._live_spec)  # before the writer: set-up errors first
+            self.live = self._live_spec.start_live(self.writer)  # before the writer: set-up errors first
         try:
             self.writer.start()
         except BaseException:
@@ -159,9 +174,7 @@ class Recorder:
             self.writer.note(f"collector errors: {self.errors} (rows skipped; see stderr for the first)")
         live, self.live = self.live, None
         if live is not None:
-            from tracetool.live.sidecar import finish_live
-
-            self.guard(finish_live, self.writer, live, where="live endpoint")
+            self.guard(live.finish, self.writer, where="live endpoint")
         self.writer.close()  # the last batches still reach the viewers
         if live is not None:
             self.guard(live.close, where="live endpoint")
