@@ -97,7 +97,7 @@ def serve_main(argv: list[str]) -> int:
     """``soak.py _serve OUT on|rec|off|twin|switch [FLUSH_S]``: one server, run in this process
     until SIGTERM; FLUSH_S is the live flush interval of ON and SWITCH (default ``LIVE_FLUSH_S``)."""
     out, mode = Path(argv[0]), argv[1]
-    from collectors.record import SAMPLERS, SamplerSpec
+    from collectors.launcher import SAMPLERS, SamplerSpec
     from tracetool.live.config import LiveConfig
     from tracetool.serving.runner import ServeConfig, run_server
 

@@ -44,7 +44,7 @@ class ServeConfig:
     #: torch CPU threads (None: torch's choice)
     threads: int | None = None
     force: bool = False
-    #: ``--<name>[=HZ]`` samplers of :data:`collectors.record.SAMPLERS` (NVML, py-spy), name -> Hz.
+    #: ``--<name>[=HZ]`` samplers of :data:`collectors.launcher.SAMPLERS` (NVML, py-spy), name -> Hz.
     samplers: Mapping[str, float] = field(default_factory=dict)
     #: ``--live HOST:PORT``: a :class:`tracetool.live.config.LiveConfig` (None: off).
     live: Any = None
@@ -102,9 +102,9 @@ def load(cfg: ServeConfig) -> tuple[Any, Any, str]:
 
 def _start_samplers(rec: Any, samplers: Mapping[str, float]) -> list[Callable[[], None]]:
     # The place where --nvml[=HZ] / --pyspy[=HZ] plug in: every sampler registered in
-    # collectors.record.SAMPLERS gets a flag on `tracetool serve` and runs here, in-process,
+    # collectors.launcher.SAMPLERS gets a flag on `tracetool serve` and runs here, in-process,
     # writing into the server's own trace.
-    from collectors.record import SAMPLERS
+    from collectors.launcher import SAMPLERS
 
     stops = []
     for name, hz in samplers.items():

@@ -1,4 +1,4 @@
-"""Zero-code recording: run an unmodified Python program with the collectors installed.
+"""Zero-code recording: launch an unmodified Python program with the collectors installed.
 
 ``tracetool record -o DIR -- python script.py ARGS`` works the way
 ``opentelemetry-instrument`` does: the child gets ``collectors/_bootstrap`` at
