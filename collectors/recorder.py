@@ -16,7 +16,14 @@ from typing import Any
 
 from tracetool import recorder as _core
 from tracetool.live.config import LiveConfig
-from tracetool.recorder import NULL, LiveSpec, RequestHandle, current_request, new_request_id, now_ns
+from tracetool.recorder import (
+    NULL,
+    LiveSpec,
+    RequestHandle,
+    current_request,
+    new_request_id,
+    now_ns,
+)
 
 
 class Recorder(_core.Recorder):
