@@ -12,7 +12,15 @@ from typing import Any
 
 import click
 
-from tracetool.cli.common import emit_json, fmt_ms, fmt_pct, json_option, warn
+from tracetool.cli.common import (
+    Roofline,
+    emit_json,
+    fmt_ms,
+    fmt_pct,
+    json_option,
+    roofline_options,
+    warn,
+)
 
 _SEVERITY_MARK = {"warning": "!", "info": "·"}
 _VERDICT_MARK = {"supported": "✓", "contributing": "~", "misdiagnosis": "✗", "unmeasured": "?"}
@@ -26,17 +34,11 @@ _VERDICT_MARK = {"supported": "✓", "contributing": "~", "misdiagnosis": "✗",
                    "prefill, decode, detokenize, postprocess, other), an alias (network-rtt, tokenizer, "
                    "queueing...), compute-bound ('decode is compute-bound') or throughput "
                    "('the server does thousands of tok/s').")
-@click.option("--model", help="Model preset (llama-3.1-8b, qwen2.5-72b, ...) or a config.json path, for the "
-                              "roofline; overrides meta.json.")
-@click.option("--gpu", help="GPU preset (h100-sxm, a100-80gb, h200, mi300x, ...); overrides meta.json.")
-@click.option("--gpus", "--tp", "gpus", type=click.IntRange(min=1), help="GPUs the model is sharded over.")
-@click.option("--weight-dtype", help="Weight dtype for --model (bf16, fp8, int4, ...).")
-@click.option("--kv-dtype", help="KV-cache dtype for --model (bf16, fp8, ...).")
+@roofline_options
 @click.option("--threshold", "thresholds", multiple=True, metavar="NAME=VALUE",
               help="Change a verdict or finding threshold, e.g. supported_share=0.4 (names in "
                    "docs/findings.md).")
-def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], model: str | None,
-            gpu: str | None, gpus: int | None, weight_dtype: str | None, kv_dtype: str | None,
+def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], roofline: Roofline,
             thresholds: tuple[str, ...]) -> int:
     """Attribute each request's latency and say which story about it is wrong.
 
@@ -52,8 +54,7 @@ def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], mo
     import analyzers
 
     th = analyzers.Thresholds().with_overrides(dict(analyzers.parse_threshold(t) for t in thresholds))
-    a = analyzers.analyze(list(traces), model=model, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype,
-                          kv_dtype=kv_dtype, claims=list(claims), thresholds=th)
+    a = analyzers.analyze(list(traces), claims=list(claims), thresholds=th, **roofline.kwargs())
     doc = a.to_json()
     for w in doc["warnings"]:
         warn(w)
@@ -62,11 +63,12 @@ def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], mo
     if as_json:
         emit_json(doc)
     else:
-        _report(doc)
+        print_analysis(doc)
     return 0
 
 
-def _report(doc: dict[str, Any]) -> None:
+def print_analysis(doc: dict[str, Any]) -> None:
+    """The readable form of an ``analyze --json`` document (``analyze``, ``demo``)."""
     echo = click.echo
     traces = doc["traces"]
     where = traces[0]["path"] if len(traces) == 1 else f"{len(traces)} traces"
