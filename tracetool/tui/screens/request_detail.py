@@ -15,14 +15,13 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 from textual.worker import get_current_worker
 
+from tracetool.schema import COMPONENTS
 from tracetool.tui import fmt
 from tracetool.tui.model import View
 from tracetool.tui.queries import RequestDetail, request_detail
 from tracetool.tui.widgets.braille import BraillePlot, Series
 from tracetool.tui.widgets.timeline import SpanTimeline
 
-COMPONENTS = ("network", "queue", "tokenize", "preprocess", "prefill", "decode", "detokenize", "postprocess",
-              "other")
 TOKEN_ROWS = 2000
 
 
