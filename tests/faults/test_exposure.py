@@ -296,7 +296,7 @@ def test_a_local_directory_without_weights_is_not_completed_from_the_hub(cli: An
 # -- the SQL console ---------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def console_view() -> Any:
-    from tracetool.source import DirectorySource
+    from tracetool.trace_source import DirectorySource
     from tracetool.tui.model import AnalysisOptions, analyse
 
     return analyse(DirectorySource((REPO / "sample_traces" / "chat",)), AnalysisOptions(), generation=1).view(None)

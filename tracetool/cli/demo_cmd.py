@@ -67,7 +67,7 @@ def demo(output: Path | None, force: bool, no_tui: bool, n: int, concurrency: in
         emit_json(analyzers.analyze(run.out).to_json())
         return 0
     if not no_tui and sys.stdout.isatty() and sys.stdin.isatty() and sys.stderr.isatty():
-        from tracetool.source import DirectorySource
+        from tracetool.trace_source import DirectorySource
         from tracetool.tui import launch
         from tracetool.tui.model import AnalysisOptions
 

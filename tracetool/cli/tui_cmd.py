@@ -46,7 +46,7 @@ def tui(traces: tuple[Path, ...], roofline: Roofline, theme: str, timings: Path 
     unknown preset.
     """
     marks: dict[str, float] = {"cli": time.time()}
-    from tracetool.source import DirectorySource
+    from tracetool.trace_source import DirectorySource
     from tracetool.tui import launch
     from tracetool.tui.model import AnalysisOptions, analyse
 

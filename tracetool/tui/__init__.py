@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tracetool.source import TraceSource
+    from tracetool.trace_source import TraceSource
     from tracetool.tui.model import AnalysisOptions
 
 

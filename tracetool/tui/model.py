@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from analyzers import Analysis
-    from tracetool.source import TraceSource
+    from tracetool.trace_source import TraceSource
 
 #: The label of the view that holds every trace together.
 ALL = "all"
