@@ -82,6 +82,31 @@ def roofline_options(fn: F) -> F:
     return out
 
 
+def old_spelling(old: str, new: str, dest: str, **option: Any) -> Callable[[F], F]:
+    """Keep accepting ``old``, the former name of the option ``new`` (value ``dest``), hidden from
+    ``--help``, with a one-line notice on stderr; both at once is a usage error. Put it above the
+    ``new`` option."""
+    hidden = f"old_{dest}"
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            value = kwargs.pop(hidden)
+            if value is not None:
+                if kwargs.get(dest) is not None:
+                    from tracetool.errors import UsageError
+
+                    raise UsageError(f"{old} is the old name of {new}: give one of them")
+                warn(f"{old} is now {new} here (the old name still works, for now)")
+                kwargs[dest] = value
+            return fn(*args, **kwargs)
+
+        out: Any = click.option(old, hidden, default=None, hidden=True, **option)(wrapper)
+        return out
+
+    return decorate
+
+
 def emit_json(obj: Any) -> None:
     """Write one JSON document to stdout."""
     sys.stdout.write(json.dumps(obj, indent=2, default=_default, allow_nan=False) + "\n")

@@ -8,14 +8,15 @@ from pathlib import Path
 import click
 
 from tracetool.cli.attach_cmd import live_config, live_options
-from tracetool.cli.common import emit_json, json_option, sigterm_as_ctrl_c, warn
+from tracetool.cli.common import emit_json, json_option, old_spelling, sigterm_as_ctrl_c, warn
 from tracetool.cli.samplers import chosen_samplers, sampler_options
 from tracetool.errors import UsageError
 
 
 # -- serve ------------------------------------------------------------------------------------------
 @click.command()
-@click.option("--model", "model_path", type=click.Path(path_type=Path), default=None,
+@old_spelling("--model", "--model-dir", "model_path", type=click.Path(path_type=Path))
+@click.option("--model-dir", "model_path", type=click.Path(path_type=Path), default=None,
               help="Local Hugging Face model directory (never a hub id: nothing is downloaded). "
                    "Default: the demo model.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
@@ -55,7 +56,7 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
 
     \b
         tracetool serve -o server-trace --port 8000
-        tracetool serve --model /models/llama-3.2-1b -o trace --port 0
+        tracetool serve --model-dir /models/llama-3.2-1b -o trace --port 0
 
     Serves GET /v1/models, POST /v1/completions and POST /v1/chat/completions
     (streamed as SSE or not) with the demo model (a small random-init Llama:
@@ -106,7 +107,9 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
               help="max_tokens of each request.")
 @click.option("--chat/--completions", "chat", default=None,
               help="Endpoint: /v1/chat/completions (default) or /v1/completions.")
-@click.option("--model", default=None, help="Model name (default: the first from GET /v1/models).")
+@old_spelling("--model", "--served-model-name", "model")
+@click.option("--served-model-name", "model", default=None,
+              help="Model name in the API, as the server serves it (default: the first from GET /v1/models).")
 @click.option("--api-key", envvar="OPENAI_API_KEY", default=None,
               help="Bearer token (default: $OPENAI_API_KEY).")
 @click.option("--timeout", type=click.FloatRange(0, min_open=True), default=120.0, show_default=True,
@@ -128,7 +131,7 @@ def probe(url: str, n: int, concurrency: int, rate: float | None, prompt_tokens:
 
     \b
         tracetool probe http://127.0.0.1:8000 -n 64 --concurrency 8 -o client-trace
-        tracetool probe https://host/v1 --model m --rate 2 --prompt-tokens 512 --max-tokens 128
+        tracetool probe https://host/v1 --served-model-name m --rate 2 --prompt-tokens 512 --max-tokens 128
 
     Works with vLLM, SGLang, TGI, llama.cpp server or tracetool serve. Streams
     each request, sends its id as X-Request-ID (and traceparent), and prints

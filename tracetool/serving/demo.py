@@ -153,7 +153,7 @@ def record_demo(cfg: DemoConfig, stderr: TextIO = sys.stderr) -> DemoRun:
         extra: tuple[str, ...] = ("--threads", "1", "--max-batch", str(cfg.max_batch))
         prompts: Path | None = None
         if model_dir is not None:
-            extra += ("--model", str(model_dir))
+            extra += ("--model-dir", str(model_dir))
             prompts = work / "prompts.txt"
             prompts.write_text("\n".join(CHAT_PROMPTS) + "\n", encoding="utf-8")
         with server_process(server_dir, *extra, timeout_s=cfg.start_timeout_s, stderr=stderr) as (url, _), \
