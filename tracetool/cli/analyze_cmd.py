@@ -21,6 +21,7 @@ from tracetool.cli.common import (
     roofline_options,
     warn,
 )
+from tracetool.glyphs import NOT_MEASURED
 
 _SEVERITY_MARK = {"warning": "!", "info": "·"}
 _VERDICT_MARK = {"supported": "✓", "contributing": "~", "misdiagnosis": "✗", "unmeasured": "?"}
@@ -91,17 +92,17 @@ def print_analysis(doc: dict[str, Any]) -> None:
     echo(f"  {'latency':<8} {'clock':<7} {'n':>9} {'mean':>10} {'p50':>10} {'p90':>10} {'p95':>10} {'p99':>10}")
     for key in ("e2e", "ttft", "itl", "tpot"):
         p = doc[f"{key}_ms"]
-        echo(f"  {key:<8} {p['clock'] or '-':<7} {p['n']:>9,} " + " ".join(
+        echo(f"  {key:<8} {p['clock'] or NOT_MEASURED:<7} {p['n']:>9,} " + " ".join(
             f"{fmt_ms(p[q]):>10}" for q in ("mean", "p50", "p90", "p95", "p99")))
     d = doc["decode"]
     echo("")
     if d["per_request_tok_s"] is not None:
-        agg = f"{d['aggregate_tok_s']:,.0f}" if d["aggregate_tok_s"] is not None else "-"
+        agg = f"{d['aggregate_tok_s']:,.0f}" if d["aggregate_tok_s"] is not None else NOT_MEASURED
         echo(f"decode   {d['per_request_tok_s']:,.1f} tok/s per request · {agg} tok/s aggregate")
     fit = d["fit"]
     if fit:
         sign = "-" if fit["per_1k_kv_ms"] < 0 else "+"
-        r2 = "-" if fit["r2"] is None else f"{fit['r2']:.2f}"
+        r2 = NOT_MEASURED if fit["r2"] is None else f"{fit['r2']:.2f}"
         echo(f"  fit    {fit['basis']} = {fmt_ms(fit['base_ms'], 2)} {sign} {abs(fit['per_1k_kv_ms']):.3f} ms per 1k KV "
              f"(r² {r2}, {fit['n']:,} tokens, kv {fit['kv_len_min']:,}-{fit['kv_len_max']:,})")
     if roof:
@@ -127,7 +128,7 @@ def print_analysis(doc: dict[str, Any]) -> None:
         echo(f"  {'trace':<24} {'requests':>9} {'e2e p50':>10} {'ttft p50':>10} {'itl p50':>10}  bottleneck")
         for t in traces:
             echo(f"  {t['trace'][:24]:<24} {t['requests']:>9,} {fmt_ms(t['e2e_ms']['p50']):>10} "
-                 f"{fmt_ms(t['ttft_ms']['p50']):>10} {fmt_ms(t['itl_ms']['p50']):>10}  {t['bottleneck'] or '-'}")
+                 f"{fmt_ms(t['ttft_ms']['p50']):>10} {fmt_ms(t['itl_ms']['p50']):>10}  {t['bottleneck'] or NOT_MEASURED}")
 
 
 @click.command()

@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 
 import click
 
+from tracetool.glyphs import NOT_MEASURED
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -151,16 +153,16 @@ def sigterm_as_ctrl_c() -> Iterator[None]:
 
 
 def fmt_int(n: int | None) -> str:
-    return "-" if n is None else f"{n:,}"
+    return NOT_MEASURED if n is None else f"{n:,}"
 
 
 def fmt_ms(x: float | None, digits: int = 1) -> str:
     if x is None:
-        return "-"
+        return NOT_MEASURED
     if abs(x) >= 1000:
         return f"{x / 1000:.2f} s"
     return f"{x:.{digits}f} ms"
 
 
 def fmt_pct(share: float | None) -> str:
-    return "-" if share is None else f"{share * 100:.1f} %"
+    return NOT_MEASURED if share is None else f"{share * 100:.1f} %"
