@@ -291,8 +291,9 @@ def start_in_child() -> bool:
     options = json.loads(os.environ.pop(ENV_OPTIONS, "") or "{}")
     if not out:
         return False
+    # collectors.recorder's spelling: it takes live= as the options' mapping
     from collectors.hf import autopatch
-    from tracetool.recorder import Recorder
+    from collectors.recorder import Recorder
 
     meta = {"recorded_command": options.get("command") or list(sys.argv)}
     rec = _child_recorder(Recorder, out, meta, options.get("live"))
