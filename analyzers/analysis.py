@@ -22,7 +22,6 @@ import pyarrow as pa
 from analyzers.connection import Session, TraceArg, connect, labels_for, load_traces
 from analyzers.engine import engine_json, fill_components
 from analyzers.params import (
-    COMPONENTS,
     ClaimSpec,
     RooflineInputs,
     Thresholds,
@@ -31,6 +30,7 @@ from analyzers.params import (
 )
 from tracetool.errors import BadInput
 from tracetool.reader import Trace
+from tracetool.schema import COMPONENTS
 
 FORMAT = "tracetool-analysis"
 #: Analyses of several traces (all together, then each alone) that run at once.

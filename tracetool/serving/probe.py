@@ -431,7 +431,7 @@ class Prober:
     def _open_trace(self, model: str) -> None:
         if self.cfg.out is None:
             return
-        from collectors.recorder import Recorder
+        from tracetool.recorder import Recorder
 
         c = self.cfg
         meta = {
