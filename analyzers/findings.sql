@@ -73,7 +73,9 @@ SELECT * FROM (VALUES
         'meta.json counts dropped rows: the evidence is incomplete'),
     (28, 'network-rtt-bound', 'info', 'The client''s TCP handshakes bound the network time',
         'network is not measured per request, but client.request and client.connect spans are: 1 RTT <= network <= network_bound_round_trips RTTs')
-) AS v(ordinal, id, severity, title, fires_when);
+) AS v(ordinal, id, severity, title, fires_when)
+-- module engine: the findings from the engine's metrics
+UNION ALL SELECT * FROM engine_findings_catalogue;
 
 -- @table findings
 -- The findings that fire for this analysis, warnings first.
@@ -252,6 +254,7 @@ WITH f AS (
          WHERE r.ok AND r.tokenize_ms IS NOT NULL AND r.prompt_tokens >= tk.tokenizer_min_prompt_tokens) AS k
 )
 SELECT c.ordinal, f.id, c.severity, c.title, f.detail
-FROM f JOIN findings_catalogue AS c USING (id)
+FROM (SELECT id, detail FROM f UNION ALL SELECT id, detail FROM engine_findings) AS f
+JOIN findings_catalogue AS c USING (id)
 WHERE f.detail IS NOT NULL
 ORDER BY c.severity = 'warning' DESC, c.ordinal;
