@@ -22,9 +22,6 @@ from typing import Any
 from tracetool.errors import UsageError
 from tracetool.presets import dtype_bytes, gpu_preset, match_gpu_name, model_preset
 
-COMPONENTS = ("network", "queue", "tokenize", "preprocess", "prefill", "decode", "detokenize",
-              "postprocess", "other")
-
 
 @dataclass(frozen=True)
 class Thresholds:
@@ -82,6 +79,15 @@ class Thresholds:
     #: Round trips that bound a streamed request's network time from above when only the client's TCP
     #: handshakes measure the link (a client-only trace): network <= this many RTTs.
     network_bound_round_trips: float = 10
+    # -- engine metrics (module engine: a server's scraped /metrics) --
+    #: Requests waiting at one scrape at or above this: the engine queued requests.
+    engine_waiting_requests: float = 1
+    #: KV-cache usage (fraction 0-1) at or above this at one scrape: the cache is full.
+    kv_cache_full: float = 0.95
+    #: Prefix-cache hit rate (fraction 0-1) below this: the cache is missed.
+    prefix_cache_hit_rate_low: float = 0.2
+    #: Mean prompt length (tokens) at or above this for the prefix-cache finding: prefill worth caching.
+    prefix_cache_prompt_tokens: float = 256
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

@@ -100,3 +100,13 @@ def test_a_failed_request_without_tokens_counts_as_failed(tmp_path: Any) -> None
     assert rows(con, "SELECT request_id, ok FROM attribution_requests ORDER BY 1") == [
         {"request_id": "bad", "ok": False}, {"request_id": "ok", "ok": True}]
     assert rows(con, "SELECT n, mean_ms FROM latency_percentiles WHERE metric = 'e2e'") == [{"n": 1, "mean_ms": 50.0}]
+
+
+def test_the_helper_table_lists_the_schemas_components(toy_con: Any) -> None:
+    """attribution.sql writes the components once, and they are the trace contract's."""
+    from tracetool.schema import COMPONENTS
+
+    got = rows(toy_con, "SELECT ordinal, component FROM _attribution_components ORDER BY ordinal")
+    assert [(r["ordinal"], r["component"]) for r in got] == list(enumerate(COMPONENTS))
+    long = rows(toy_con, "SELECT DISTINCT ordinal FROM _attribution_long ORDER BY ordinal")
+    assert [r["ordinal"] for r in long] == list(range(len(COMPONENTS))), "every component has its column"

@@ -27,6 +27,7 @@ from typing import Any
 
 from tracetool.errors import BadInput, UsageError
 from tracetool.report.stats import STATS
+from tracetool.schema import COMPONENTS  # a share budget can name any component of the attribution
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -35,9 +36,6 @@ else:  # pragma: no cover - Python 3.10
 
 #: Latency metrics a budget can name, in display order.
 METRICS = ("ttft", "itl", "tpot", "e2e")
-#: Components a share budget can name (the attribution's nine, analyzers.COMPONENTS).
-COMPONENTS = ("network", "queue", "tokenize", "preprocess", "prefill", "decode", "detokenize",
-              "postprocess", "other")
 #: The statistics the default regression checks gate on.
 DEFAULT_STATS = ("p50", "p95")
 

@@ -78,6 +78,9 @@ class ProbeConfig:
     include_usage: bool = True
     out: Path | None = None
     progress: bool = True
+    #: scrape the server's Prometheus metrics into the trace (a URL, or "auto": origin + /metrics)
+    metrics_url: str | None = None
+    metrics_interval_s: float = 1.0
 
 
 @dataclass
@@ -180,6 +183,7 @@ class Prober:
         self.finished = 0
         self.failed = 0
         self.recorder: Any = None
+        self.scraper: Any = None  # collectors.prometheus.MetricsScraper with --metrics-url
         self.models_listed = False
         self.setup_connect: tuple[int, int] | None = None
         #: optional request fields, dropped (one notice each) when a server rejects them: usage in
@@ -205,6 +209,7 @@ class Prober:
         async with httpx.AsyncClient(limits=limits, **self._client_args) as client:
             model = cfg.model or await self._first_model(client)
             self._open_trace(model)
+            self._start_scraper()
             self._t0 = time.monotonic()
             sem = asyncio.Semaphore(cfg.concurrency)
             rng = random.Random(cfg.seed + 1)
@@ -426,7 +431,7 @@ class Prober:
     def _open_trace(self, model: str) -> None:
         if self.cfg.out is None:
             return
-        from collectors.recorder import Recorder
+        from tracetool.recorder import Recorder
 
         c = self.cfg
         meta = {
@@ -445,6 +450,16 @@ class Prober:
         if self.setup_connect is not None:  # an RTT sample of no request (request_id "")
             self.recorder.guard(self.recorder.add_span, "client.connect", *self.setup_connect, request_id="",
                                 clock="client", where="probe trace")
+
+    def _start_scraper(self) -> None:
+        """With --metrics-url: scrape the engine's metrics into the trace until it closes; the first
+        scrape is waited for (a bounded time) so the window's counters have a baseline."""
+        if self.cfg.metrics_url is None or self.recorder is None:
+            return
+        from collectors.prometheus import attach_scraper, metrics_url
+
+        self.scraper = attach_scraper(self.recorder, metrics_url(self.cfg.metrics_url, self.base), clock="client",
+                                      interval_s=self.cfg.metrics_interval_s, now=client_now)
 
     def _record(self, r: RequestResult) -> None:
         if self.recorder is not None:
@@ -494,6 +509,12 @@ def run_probe(cfg: ProbeConfig) -> ProbeResult:
         raise UsageError("-n, --concurrency, --max-tokens and --prompt-tokens must be >= 1")
     if cfg.rate is not None and cfg.rate <= 0:
         raise UsageError("--rate must be > 0 requests/s")
+    if cfg.metrics_url is not None:
+        from collectors.prometheus import metrics_url
+
+        if cfg.out is None:
+            raise UsageError("--metrics-url needs -o: the samples go into the trace's server_metrics table")
+        metrics_url(cfg.metrics_url, cfg.url)  # a bad URL is a usage error before anything is sent
     prober = Prober(cfg)
     result = asyncio.run(prober.run())
     if not prober.models_listed and all(r.unreachable for r in result.results):

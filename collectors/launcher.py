@@ -1,9 +1,9 @@
-"""Zero-code recording: run an unmodified Python program with the collectors installed.
+"""Zero-code recording: launch an unmodified Python program with the collectors installed.
 
 ``tracetool record -o DIR -- python script.py ARGS`` works the way
 ``opentelemetry-instrument`` does: the child gets ``collectors/_bootstrap`` at
 the front of ``PYTHONPATH``, whose ``sitecustomize`` (chaining to any other
-``sitecustomize``) starts a :class:`~collectors.recorder.Recorder` on ``DIR``
+``sitecustomize``) starts a :class:`~tracetool.recorder.Recorder` on ``DIR``
 and patches ``transformers`` when it is imported (:func:`collectors.hf.autopatch`).
 The trace is closed at interpreter exit, also after an exception, Ctrl-C
 (``KeyboardInterrupt``) or SIGTERM, and the parent exits with the child's code
@@ -97,21 +97,23 @@ def _check_out(out: Path, force: bool) -> None:
         raise UsageError(f"{out}: exists and is not empty (use --force to replace the trace in it)")
 
 
-def _start_samplers(samplers: Mapping[str, float], side: Path, pid: int) -> tuple[Any, list[Callable[[], None]]]:
-    from collectors.recorder import Recorder
-
-    rec = Recorder(side).start()
+def start_samplers(rec: Any, samplers: Mapping[str, float], pid: int) -> list[Callable[[], None]]:
+    """Start the samplers of :data:`SAMPLERS` named in ``samplers`` (name -> Hz) on process
+    ``pid``, writing into ``rec``; returns what stops each. ``tracetool serve`` runs them in its
+    own process and trace, ``tracetool record`` beside the program, into a side trace. One that
+    cannot start is a note in the trace and one line on stderr; the others run."""
     stops: list[Callable[[], None]] = []
     for name, hz in samplers.items():
         spec = SAMPLERS[name]
         try:
             module, _, attr = spec.target.partition(":")
             handle = getattr(importlib.import_module(module), attr)(rec, float(hz), pid)
+            # the SamplerSpec contract: a callable, or an object with stop() (SystemCollectors)
             stops.append(handle.stop if hasattr(handle, "stop") else handle)
         except Exception as e:
             rec.note(f"{name}: sampler did not start ({type(e).__name__}: {e})")
             print(f"tracetool: {name}: sampler did not start ({e})", file=sys.stderr)
-    return rec, stops
+    return stops
 
 
 def merge_side_trace(side: Path, out: Path) -> None:
@@ -142,7 +144,7 @@ def merge_side_trace(side: Path, out: Path) -> None:
     for k, v in (side_meta.get("dropped_rows") or {}).items():
         dropped[k] = dropped.get(k, 0) + v
     meta["dropped_rows"] = dropped
-    for key in ("hardware", "gpus"):
+    for key in ("hardware", "gpus", "server_metrics"):
         if key in side_meta and key not in meta:
             meta[key] = side_meta[key]
     write_meta(out, meta)
@@ -150,7 +152,7 @@ def merge_side_trace(side: Path, out: Path) -> None:
 
 
 def _write_empty_trace(out: Path, note: str, command: Sequence[str]) -> None:
-    from collectors.recorder import Recorder
+    from tracetool.recorder import Recorder
 
     rec = Recorder(out, meta={"recorded_command": list(command)}).start()
     rec.note(note)
@@ -178,11 +180,14 @@ def _summary(out: Path) -> str:
 
 
 def run_recording(command: Sequence[str], out: str | os.PathLike[str], *, force: bool = False,
-                  samplers: Mapping[str, float] | None = None, live: Any = None) -> int:
+                  samplers: Mapping[str, float] | None = None, live: Any = None,
+                  metrics: tuple[str, float] | None = None) -> int:
     """Run ``command`` with the collectors installed, recording into ``out``; returns its exit code.
 
     ``live`` (a :class:`tracetool.live.config.LiveConfig`) makes the program stream its trace to
     ``tracetool attach`` viewers as it is written (the token travels in the child's environment).
+    ``metrics`` (URL, interval in seconds) scrapes a server's Prometheus metrics from this process
+    into the trace's ``server_metrics`` table (collectors.prometheus) while the program runs.
 
     Raises :class:`UsageError` for an empty command, an unknown executable or a
     non-empty ``out`` without ``force``.
@@ -223,8 +228,15 @@ def run_recording(command: Sequence[str], out: str | os.PathLike[str], *, force:
     side = out.parent / f".{out.name}.samplers-{os.getpid()}"
     side_rec: Any = None
     stops: list[Callable[[], None]] = []
-    if samplers:
-        side_rec, stops = _start_samplers(samplers, side, child.pid)
+    if samplers or metrics:
+        from tracetool.recorder import Recorder
+
+        side_rec = Recorder(side).start()
+        stops = start_samplers(side_rec, samplers or {}, child.pid)
+    if metrics is not None and side_rec is not None:
+        from collectors.prometheus import attach_scraper
+
+        attach_scraper(side_rec, metrics[0], clock="server", interval_s=metrics[1], first_wait_s=0.0)
 
     def forward(signum: int, frame: Any) -> None:
         # Ctrl-C in a terminal already reached the child (same process group): forward only
@@ -286,6 +298,7 @@ def start_in_child() -> bool:
     options = json.loads(os.environ.pop(ENV_OPTIONS, "") or "{}")
     if not out:
         return False
+    # collectors.recorder's spelling: it takes live= as the options' mapping
     from collectors.hf import autopatch
     from collectors.recorder import Recorder
 
