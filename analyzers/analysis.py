@@ -40,6 +40,7 @@ VERSION = 1
 #: Summary tables copied out of DuckDB into every Analysis (small: at most one row per request).
 TABLES = ("attribution_requests", "attribution_components", "latency_percentiles", "decode_fit",
           "decode_throughput", "roofline_summary", "host_overhead", "steps_batch", "steps_prefill",
+          "steps_accounting", "tokens_gap_stats",
           "gpu_decode", "stacks_categories", "network_evidence", "summary_numbers", "findings", "claims",
           "engine_summary", "engine_stats")
 
@@ -127,6 +128,8 @@ class Analysis:
         fit = next((r for r in self.rows("decode_fit") if r["level"] == "all"), None)
         roof = self.one("roofline_summary")
         host = self.one("host_overhead")
+        acc = self.one("steps_accounting")
+        gaps = self.one("tokens_gap_stats")
         body: dict[str, Any] = {
             "requests": s.get("requests", 0),
             "failed_requests": s.get("failed_requests", 0),
@@ -147,6 +150,9 @@ class Analysis:
                 "decode_s_mean": _num(tp.get("decode_s_mean")),
                 "mean_concurrency": _num(tp.get("mean_concurrency")),
                 "wall_s": _num(tp.get("wall_s")),
+                # per request-step from the step accounting; else tokens per streamed chunk
+                "tokens_per_step": _num(acc.get("tokens_per_step")) if acc.get("emissions")
+                else (gaps["gap_tokens"] / gaps["gaps"] if gaps.get("gaps") else None),
                 "fit": _fit(fit),
                 "roofline": _roofline(roof),
                 "roofline_note": roof.get("note"),
@@ -155,7 +161,9 @@ class Analysis:
                 "tokens": host.get("tokens"), "itl_mean_ms": _num(host.get("itl_mean_ms")),
                 "step_mean_ms": _num(host.get("step_mean_ms")), "host_mean_ms": _num(host.get("host_mean_ms")),
                 "host_share": _num(host.get("host_share")), "steps": host.get("steps"),
-                "step_gap_mean_ms": _num(host.get("step_gap_mean_ms"))},
+                "step_gap_mean_ms": _num(host.get("step_gap_mean_ms")),
+                "waited_mean_ms": _num(host.get("waited_mean_ms")), "basis": host.get("basis")},
+            "step_accounting": _clean(acc) if acc.get("emissions") else None,
             "steps": _clean(self.one("steps_prefill")) if self.one("steps_prefill").get("steps") else None,
             "gpu": [_clean(r) for r in self.rows("gpu_decode")] or None,
             "cpu": [_clean(r) for r in self.rows("stacks_categories")] or None,
@@ -287,7 +295,8 @@ def _fit(row: dict[str, Any] | None) -> dict[str, Any] | None:
     if not row or row.get("per_1k_kv_ms") is None:
         return None
     return {"base_ms": _num(row["base_ms"]), "per_1k_kv_ms": _num(row["per_1k_kv_ms"]), "r2": _num(row["r2"]),
-            "n": row["n"], "basis": row["basis"], "kv_len_min": row["kv_len_min"], "kv_len_max": row["kv_len_max"]}
+            "n": row["n"], "basis": row["basis"], "kv_len_min": row["kv_len_min"], "kv_len_max": row["kv_len_max"],
+            "per_seq_ms": _num(row.get("per_seq_ms"))}
 
 
 def _roofline(row: dict[str, Any]) -> dict[str, Any] | None:

@@ -50,7 +50,8 @@ SELECT * FROM (VALUES
     (16, 'low-bandwidth-efficiency', 'warning', 'Decode reaches little of peak memory bandwidth',
         'roofline known and bandwidth efficiency below low_bandwidth_efficiency'),
     (17, 'host-overhead', 'warning', 'Host overhead between steps is large',
-        'ITL minus step time is at least host_overhead_share of ITL'),
+        'engine gaps (time in no iteration between a request''s emissions) are at least host_overhead_share of ITL; '
+        || 'time in other requests'' iterations or preempted is not host time'),
     (18, 'small-model-or-cpu', 'info', 'Small model or CPU: decode is not purely memory-bound',
         'hardware is a CPU, or the model has fewer than small_model_params parameters, and decode tokens exist'),
     (19, 'no-roofline', 'info', 'No roofline for this trace',
@@ -72,7 +73,13 @@ SELECT * FROM (VALUES
     (27, 'dropped-rows', 'warning', 'The recorder dropped rows',
         'meta.json counts dropped rows: the evidence is incomplete'),
     (28, 'network-rtt-bound', 'info', 'The client''s TCP handshakes bound the network time',
-        'network is not measured per request, but client.request and client.connect spans are: 1 RTT <= network <= network_bound_round_trips RTTs')
+        'network is not measured per request, but client.request and client.connect spans are: 1 RTT <= network <= network_bound_round_trips RTTs'),
+    (29, 'prefill-interference', 'warning', 'Co-scheduled prefill slows or pauses running decodes',
+        'waits through prefill iterations plus the stretch of own steps that also prefilled hold at least '
+        || 'prefill_interference_share of decode time (step accounting)'),
+    (30, 'preemption', 'warning', 'Requests were preempted mid-decode',
+        'some request missed preemption_min_steps decode iterations in a row while the engine kept stepping, and '
+        || 'that time holds at least preemption_share of decode time')
 ) AS v(ordinal, id, severity, title, fires_when)
 -- module engine: the findings from the engine's metrics
 UNION ALL SELECT * FROM engine_findings_catalogue;
@@ -187,7 +194,9 @@ WITH f AS (
                 || '): the step has crossed to the compute side of the roofline', '') END},
     {'id': 'kv-growth', 'detail': CASE WHEN s.fit_per_1k_kv_ms > 0 AND s.fit_r2 >= t.kv_growth_r2 AND s.kv_growth_pct >= t.kv_growth_pct
             THEN coalesce(s.fit_basis || ' time = ' || _ms(s.fit_base_ms) || ' + ' || _f(s.fit_per_1k_kv_ms, 3)
-                || ' ms per 1k KV tokens (r2 ' || _f(s.fit_r2, 2) || ', ' || _n(s.fit_n) || ' tokens): +'
+                || ' ms per 1k KV tokens (r2 ' || _f(s.fit_r2, 2) || ', ' || _n(s.fit_n)
+                || CASE WHEN s.fit_basis = 'batch-step' THEN ' decode iterations, KV summed over the batch' ELSE ' tokens' END
+                || '): +'
                 || _f(s.kv_growth_pct, 0) || ' % from kv_len ' || _n(s.kv_len_min) || ' to ' || _n(s.kv_len_max)
                 || coalesce('; the roofline predicts ' || _f(s.ideal_per_1k_kv_ms, 3) || ' ms per 1k', ''), '') END},
     {'id': 'low-bandwidth-efficiency', 'detail': CASE WHEN s.roofline_available AND s.bandwidth_efficiency < t.low_bandwidth_efficiency
@@ -197,7 +206,10 @@ WITH f AS (
     {'id': 'host-overhead', 'detail': CASE WHEN s.host_share >= t.host_overhead_share
             THEN coalesce('each token spends ' || _ms(s.host_mean_ms) || ' outside the forward pass = ' || _pct(s.host_share)
                 || ' of its ITL (step ' || _ms(s.step_mean_ms) || ', ' || _n(s.host_tokens)
-                || ' tokens): scheduling, sampling, detokenize, Python', '') END},
+                || ' tokens): scheduling, sampling, detokenize, Python'
+                || CASE WHEN ho.waited_mean_ms > 0 THEN '; not counted: ' || _ms(ho.waited_mean_ms)
+                    || ' per token in other requests'' iterations or preempted (scheduling, not host time)' ELSE '' END,
+                '') END},
     {'id': 'small-model-or-cpu', 'detail': CASE WHEN (s.hardware_kind = 'cpu' OR s.model_params < t.small_model_params) AND s.fit_n > 0
             THEN coalesce(CASE WHEN s.hardware_kind = 'cpu' THEN 'a CPU run'
                 WHEN s.model_params < 1e9 THEN 'a small model (' || _f(s.model_params / 1e6, 1) || 'M parameters)'
@@ -244,9 +256,21 @@ WITH f AS (
                     WHEN 'supported' THEN 'one round trip alone is a large share: the link matters here'
                     ELSE _n(ne.round_trips) || ' round trips would be ' || _pct(ne.bound_share)
                         || ' of e2e: the network may matter; measure it with server timing' END
-                || ' (a proxy that accepts connections and then waits would hide behind a short handshake)', '') END}
+                || ' (a proxy that accepts connections and then waits would hide behind a short handshake)', '') END},
+    {'id': 'prefill-interference', 'detail': CASE WHEN s.prefill_interference_share >= t.prefill_interference_share
+            THEN coalesce('co-scheduled prefill costs ' || _pct(s.prefill_interference_share) || ' of decode time ('
+                || _ms(s.prefill_wait_ms) || ' in all waiting through prefill iterations'
+                || CASE WHEN s.itl_p50_ms > 0 THEN '; ITL p95 ' || _ms(s.itl_p95_ms) || ' = ' || _f(s.itl_p95_ms / s.itl_p50_ms, 1)
+                    || 'x the p50 ' || _ms(s.itl_p50_ms) ELSE '' END
+                || '): cap the prefill work per step (vLLM --enable-chunked-prefill with a smaller '
+                || 'max_num_batched_tokens, SGLang --chunked-prefill-size) or disaggregate prefill', '') END},
+    {'id': 'preemption', 'detail': CASE WHEN s.preempted_requests > 0 AND s.preempted_share >= t.preemption_share
+            THEN coalesce(_n(s.preempted_requests) || ' requests were preempted (' || _n(s.preemption_stalls) || ' stalls): '
+                || _ms(s.preempted_ms) || ' with no step while the engine kept stepping = ' || _pct(s.preempted_share)
+                || ' of decode time (longest ' || _ms(s.longest_stall_ms) || '): the KV cache ran out of room; give it '
+                || 'more memory (vLLM --gpu-memory-utilization), admit fewer sequences (--max-num-seqs) or shorter outputs', '') END}
     ], recursive := true)
-    FROM summary_numbers AS s, _thresholds AS t, network_evidence AS ne,
+    FROM summary_numbers AS s, _thresholds AS t, network_evidence AS ne, host_overhead AS ho,
         (SELECT count(*) AS n, median((end_ns - start_ns) / 1e6) AS p50_ms
          FROM spans WHERE name = 'client.connect') AS c,
         (SELECT count(*) AS n, sum(r.tokenize_ms) * 1000 / nullif(sum(r.prompt_tokens), 0) AS us_per_token

@@ -24,7 +24,7 @@ from importlib import resources
 from typing import Any
 
 #: Run order: each module may use the objects of the modules before it.
-MODULES = ("tokens", "attribution", "latency", "decode", "roofline", "host", "steps", "gpu",
+MODULES = ("tokens", "attribution", "latency", "steps", "decode", "roofline", "host", "gpu",
            "stacks", "network", "summary", "engine", "findings", "claims")
 
 _OBJECT_RE = re.compile(r"^--\s*@(view|table)\s+([a-z_][a-z0-9_]*)\s*$")

@@ -66,6 +66,14 @@ class Thresholds:
     other_share: float = 0.2
     #: Steps that also prefill taking at least this many times a decode-only step: prefill stalls.
     prefill_stall_ratio: float = 2
+    #: Decode time lost to co-scheduled prefill work (iterations a running request waited through, plus
+    #: the stretch of its own steps that also prefilled) at or above this share of ITL: prefill interference.
+    prefill_interference_share: float = 0.1
+    #: A request that misses at least this many decode iterations in a row while the engine keeps
+    #: stepping was not running: preempted (or evicted and recomputed), not waiting on prefill.
+    preemption_min_steps: float = 3
+    #: Time preempted requests spent with no step, at or above this share of decode time: preemption finding.
+    preemption_share: float = 0.02
     #: Share of busy CPU samples in one category at or above this: that category is hot.
     cpu_category_share: float = 0.2
     #: Round trips that bound a streamed request's network time from above when only the client's TCP
@@ -129,6 +137,12 @@ class RooflineInputs:
     source: str = "meta.json"
     #: Why the roofline cannot be computed, or what was assumed.
     note: str | None = None
+    #: MoE: routed experts per MoE layer (E) and experts each token uses (k); null for dense models.
+    experts: float | None = None
+    experts_per_token: float | None = None
+    #: MoE: bytes of all routed experts' weights, all layers. ``weight_bytes`` holds k/E of them (one
+    #: token's read); a batch of B sequences touches 1 - (1 - k/E)^B of them (docs/domain.md).
+    expert_bytes: float | None = None
 
     @property
     def complete(self) -> bool:
@@ -159,11 +173,16 @@ def roofline_inputs(meta: dict[str, Any], *, model: str | None = None, gpu: str 
         wd, kd = weight_dtype or "bf16", kv_dtype or "bf16"
         name, weight, kvb = p.name, p.weight_bytes_read(wd), p.kv_bytes_per_token(kd)
         params, active = p.params, p.active_params
+        experts: float | None = float(p.experts) if p.experts else None
+        per_token: float | None = float(p.experts_per_token) if p.experts_per_token else None
+        wb = dtype_bytes(wd)
         sources.append("--model")
     else:
         name = m.get("name")
         params, active = _num(m.get("params")), _num(m.get("active_params"))
         weight, kvb = _meta_weight_bytes(m, weight_dtype, notes), _meta_kv_bytes(m, kv_dtype, notes)
+        experts, per_token = _num(m.get("experts")), _num(m.get("experts_per_token"))
+        wb = dtype_bytes(weight_dtype) if weight_dtype else (_num(m.get("weight_bytes_per_param")) or 2.0)
         if m:
             sources.append("meta.json")
     # hardware
@@ -199,10 +218,26 @@ def roofline_inputs(meta: dict[str, Any], *, model: str | None = None, gpu: str 
     if weight is None or kvb is None:
         notes.append("model unknown: meta.json has no usable model block (pass --model)" if not m and not model
                      else "model block lacks params or layers/kv_heads/head_dim")
+    expert_bytes = _expert_bytes(params, active, experts, per_token, wb, notes)
+    if expert_bytes is None:
+        experts = per_token = None
     return RooflineInputs(kind=kind, model=name, gpu=gname, gpu_count=count, weight_bytes=weight,
                           kv_bytes_per_token=kvb, mem_bw_bytes_per_s=bw, peak_flops=flops, params=params,
                           active_params=active, source=" + ".join(sources) or "none",
-                          note="; ".join(notes) or None)
+                          note="; ".join(notes) or None, experts=experts, experts_per_token=per_token,
+                          expert_bytes=expert_bytes)
+
+
+def _expert_bytes(params: float | None, active: float | None, experts: float | None, per_token: float | None,
+                  bytes_per_param: float, notes: list[str]) -> float | None:
+    """Bytes of all routed experts: params = dense + E x e and active = dense + k x e give e."""
+    if not experts or experts <= 1:
+        return None
+    if not per_token or per_token >= experts or not params or not active or active >= params:
+        notes.append("MoE model block needs params > active_params and 0 < experts_per_token < experts: "
+                     "active parameters read at every batch size")
+        return None
+    return (params - active) / (experts - per_token) * experts * bytes_per_param
 
 
 def _num(v: Any) -> float | None:
@@ -231,6 +266,10 @@ def _meta_kv_bytes(m: dict[str, Any], kv_dtype: str | None, notes: list[str]) ->
     direct = _num(m.get("kv_bytes_per_token"))
     if direct is not None:
         return direct
+    layers, rank = _num(m.get("layers")), _num(m.get("kv_lora_rank"))
+    if layers and rank:  # MLA: one compressed latent plus the rope key per layer, no heads
+        mb = dtype_bytes(kv_dtype) if kv_dtype else (_num(m.get("kv_bytes_per_elem")) or 2.0)
+        return layers * (rank + (_num(m.get("qk_rope_head_dim")) or 0)) * mb
     layers, kv_heads, head_dim = (_num(m.get(k)) for k in ("layers", "kv_heads", "head_dim"))
     if not (layers and kv_heads and head_dim):
         return None

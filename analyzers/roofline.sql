@@ -6,6 +6,19 @@
 -- Inputs per trace come from _hardware (meta.json model/hardware blocks, or the
 -- --model/--gpu presets). CPU traces and traces with unknown hardware or model
 -- get no roofline; `note` says why. Failed requests are left out.
+--
+-- On the batch-step basis (decode_fit: batched traces with a steps table) the
+-- comparison is per decode-only iteration: ideal = (weights read at its batch size
+-- + its summed kv_tokens x kv_bytes_per_token) / (bandwidth x GPUs), measured = its
+-- time. MoE models (experts, experts_per_token) read the dense weights plus the
+-- experts the batch routes to: of B sequences each taking top-k of E experts, an
+-- expert is touched with probability 1 - (1 - k/E)^B per layer, so a large batch
+-- streams nearly every expert, not only the active parameters (docs/domain.md §6).
+
+-- Weight bytes one decode step reads at batch size b: weight_bytes holds k/E of the
+-- routed experts (one token's read); swap that for the expected share touched by b sequences.
+CREATE OR REPLACE MACRO _moe_weight_bytes(w, eb, e, k, b) AS
+    w + coalesce(eb * ((1 - pow(1 - k / e, greatest(b, 1))) - k / e), 0);
 
 -- The distinct non-null strings of a list, sorted and joined (string_agg(DISTINCT ... ORDER BY)
 -- without the DISTINCT aggregate, which DuckDB plans as extra group-bys and joins).
@@ -21,16 +34,16 @@ CREATE OR REPLACE MACRO _join_distinct(l, sep) AS
 -- @column gpu_count: GPUs the weights are sharded over (tensor parallel), largest among traces.
 -- @column source: Where the inputs came from ('meta.json', '--model', '--gpu', joined with +).
 -- @column note: Why the roofline is missing or what was assumed; null when nothing to say.
--- @column weight_bytes: Weight bytes read per decode step, all GPUs together, bytes.
+-- @column weight_bytes: Weight bytes one token's decode step reads (MoE: the active parameters), all GPUs together, bytes.
 -- @column kv_bytes_per_token: KV-cache bytes per token of context, bytes.
 -- @column mem_bw_bytes_per_s: Peak memory bandwidth per GPU, bytes per second.
 -- @column peak_flops: Peak dense FLOP/s per GPU at the weights' dtype, FLOP per second.
--- @column basis: 'step' (measured = forward-pass time) or 'itl' (measured = server-side gap).
--- @column tokens: Decode tokens compared (count).
+-- @column basis: 'batch-step' (measured = decode-only iteration time), 'step' (measured = a token's forward-pass time) or 'itl' (measured = server-side gap per emission).
+-- @column tokens: Decode tokens compared (count; decode-only iterations on the batch-step basis).
 -- @column kv_len_mean: Mean kv_len of those tokens, tokens.
 -- @column batch_mean: Mean batch size of those tokens, sequences (1 when not recorded).
--- @column ideal_base_ms: Ideal time to read the weights once, milliseconds.
--- @column ideal_per_1k_kv_ms: Ideal added time per 1,000 tokens of kv_len at the mean batch, milliseconds.
+-- @column ideal_base_ms: Ideal time to read the weights once (MoE: the experts touched at each step's batch size), mean over what was compared, milliseconds.
+-- @column ideal_per_1k_kv_ms: Ideal added time per 1,000 tokens of kv_len at the mean batch (batch-step: per 1,000 KV tokens summed over the batch), milliseconds.
 -- @column ideal_step_ms: Mean ideal step time over the tokens, milliseconds.
 -- @column measured_step_ms: Mean measured step time (or ITL) over the tokens, milliseconds.
 -- @column bandwidth_efficiency: ideal_step_ms / measured_step_ms, 0..1 (above 1 means the inputs overstate the bytes).
@@ -39,6 +52,13 @@ CREATE OR REPLACE MACRO _join_distinct(l, sep) AS
 -- @column compute_to_memory: compute_step_ms / ideal_step_ms: below 1 the step sits on the memory side of the roofline.
 CREATE OR REPLACE TEMP TABLE roofline_summary AS
 WITH basis AS (SELECT coalesce(any_value(basis), 'step') AS b FROM decode_fit WHERE level = 'all'),
+st AS (
+    SELECT s.trace, count(*) AS n, sum(s.dur_ns) / 1e6 AS ms, sum(s.kv_tokens) AS kv, sum(s.batch_size) AS bsum,
+        sum(_moe_weight_bytes(h.weight_bytes, h.expert_bytes, h.experts, h.experts_per_token, s.batch_size)) AS wsum
+    FROM _steps_seq AS s JOIN _hardware AS h USING (trace)
+    WHERE s.prefill_tokens = 0 AND s.decode_tokens > 0 AND s.kv_tokens IS NOT NULL
+    GROUP BY s.trace
+),
 req AS (
     SELECT t.trace,
         CASE WHEN b = 'step' THEN t.fit_n ELSE t.roof_itl_tokens END AS ideal_n,
@@ -62,18 +82,30 @@ per_trace AS (
 ),
 -- The ITL basis is measured over every trace together (tokens_gap_stats is one row):
 -- with it, per-trace measured sums are apportioned by token counts.
-meas AS (
-    SELECT p.*,
-        CASE WHEN b = 'step' THEN p.step_n ELSE p.ideal_n END AS meas_n,
-        CASE WHEN b = 'step' THEN p.step_ms
+meas0 AS (
+    SELECT p.* REPLACE (
+            CASE WHEN b = 'batch-step' THEN coalesce(st.n, 0) ELSE p.ideal_n END AS ideal_n,
+            CASE WHEN b = 'batch-step' THEN coalesce(st.kv, 0) ELSE p.kv_tokens END AS kv_tokens,
+            CASE WHEN b = 'batch-step' THEN st.bsum / nullif(st.n, 0) ELSE p.batch_mean END AS batch_mean),
+        CASE WHEN b = 'batch-step' THEN coalesce(st.n, 0) WHEN b = 'step' THEN p.step_n ELSE p.ideal_n END AS meas_n,
+        CASE WHEN b = 'batch-step' THEN st.ms WHEN b = 'step' THEN p.step_ms
              ELSE g.itl_fit_sy / nullif(g.itl_fit_n, 0) * p.ideal_n END AS meas_ms,
-        CASE WHEN b = 'step' THEN p.step_kv
-             ELSE g.itl_fit_sx / nullif(g.itl_fit_n, 0) * p.ideal_n END AS kv_sum
-    FROM per_trace AS p, basis, tokens_gap_stats AS g
+        -- kv_len_mean: per sequence (the batch-step basis sums KV tokens over the batch)
+        CASE WHEN b = 'batch-step' THEN st.kv / nullif(st.bsum, 0) * st.n WHEN b = 'step' THEN p.step_kv
+             ELSE g.itl_fit_sx / nullif(g.itl_fit_n, 0) * p.ideal_n END AS kv_sum,
+        st.wsum
+    FROM per_trace AS p CROSS JOIN basis CROSS JOIN tokens_gap_stats AS g LEFT JOIN st USING (trace)
+),
+meas AS (
+    SELECT *,
+        CASE WHEN b = 'batch-step' THEN wsum
+             ELSE ideal_n * _moe_weight_bytes(weight_bytes, expert_bytes, experts, experts_per_token,
+                                             coalesce(batch_mean, 1)) END AS weight_sum
+    FROM meas0, basis
 ),
 use AS (
     SELECT *,
-        (ideal_n * weight_bytes + kv_tokens * kv_bytes_per_token)
+        (weight_sum + kv_tokens * kv_bytes_per_token)
             / (mem_bw_bytes_per_s * gpu_count) * 1000 AS ideal_sum_ms,
         2 * coalesce(active_params, params) * coalesce(batch_mean, 1) / (peak_flops * gpu_count) * 1000
             AS compute_ms
@@ -90,7 +122,7 @@ agg AS (
         coalesce(sum(batch_mean * ideal_n) / nullif(sum(ideal_n) FILTER (WHERE batch_mean IS NOT NULL), 0), 1)
             AS batch_mean,
         sum(compute_ms * ideal_n) / nullif(sum(ideal_n) FILTER (WHERE compute_ms IS NOT NULL), 0) AS compute_step_ms,
-        sum(weight_bytes / (mem_bw_bytes_per_s * gpu_count) * 1000 * ideal_n) / sum(ideal_n) AS ideal_base_ms,
+        sum(weight_sum / (mem_bw_bytes_per_s * gpu_count) * 1000) / sum(ideal_n) AS ideal_base_ms,
         sum(kv_bytes_per_token / (mem_bw_bytes_per_s * gpu_count) * 1000 * 1000 * ideal_n) / sum(ideal_n)
             AS ideal_per_1k_kv_b1_ms,
         sum(mem_bw_bytes_per_s * ideal_n) / sum(ideal_n) AS bw
@@ -114,7 +146,9 @@ SELECT
     any_value(agg.kv_len_mean) AS kv_len_mean,
     any_value(agg.batch_mean) AS batch_mean,
     any_value(agg.ideal_base_ms) AS ideal_base_ms,
-    any_value(agg.ideal_per_1k_kv_b1_ms * agg.batch_mean) AS ideal_per_1k_kv_ms,
+    -- the batch-step fit's slope is per 1,000 KV tokens summed over the batch: compare like with like
+    any_value(agg.ideal_per_1k_kv_b1_ms * CASE WHEN (SELECT b FROM basis) = 'batch-step' THEN 1 ELSE agg.batch_mean END)
+        AS ideal_per_1k_kv_ms,
     any_value(agg.ideal_step_ms) AS ideal_step_ms,
     any_value(agg.measured_step_ms) AS measured_step_ms,
     any_value(agg.ideal_step_ms / nullif(agg.measured_step_ms, 0)) AS bandwidth_efficiency,
@@ -136,12 +170,13 @@ GROUP BY agg.n_traces;
 -- @column kv_len: Context length of the forward pass, tokens.
 -- @column batch_size: Sequences in the batch (null when not recorded).
 -- @column measured_ms: Step time where recorded, else server-side ITL, milliseconds.
--- @column ideal_ms: (weight_bytes + batch x kv_len x kv_bytes_per_token) / (bandwidth x GPUs), milliseconds.
+-- @column ideal_ms: (weight bytes at this batch size + batch x kv_len x kv_bytes_per_token) / (bandwidth x GPUs), milliseconds.
 CREATE OR REPLACE VIEW roofline_tokens AS
 SELECT g.trace, g.request_id, g.request_key, g.index, g.kv_len, g.batch_size,
     coalesce(g.step_ms, g.server_itl_ms) AS measured_ms,
     CASE WHEN h.kind = 'gpu' AND h.mem_bw_bytes_per_s > 0 THEN
-        (h.weight_bytes + coalesce(g.batch_size, 1) * g.kv_len * h.kv_bytes_per_token)
+        (_moe_weight_bytes(h.weight_bytes, h.expert_bytes, h.experts, h.experts_per_token, coalesce(g.batch_size, 1))
+            + coalesce(g.batch_size, 1) * g.kv_len * h.kv_bytes_per_token)
         / (h.mem_bw_bytes_per_s * h.gpu_count) * 1000 END AS ideal_ms
 FROM tokens_gaps AS g
 JOIN _hardware AS h USING (trace);

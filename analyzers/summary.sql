@@ -79,6 +79,17 @@ CREATE OR REPLACE MACRO _f(x, d) AS coalesce(printf('%.' || d || 'f', x), '-');
 -- @column steps: Engine iterations recorded (count).
 -- @column stall_ratio: Prefill-carrying step time / decode-only step time.
 -- @column stalled_decode_share: Decode tokens made in steps that also prefill, 0..1.
+-- @column itl_p95_ms: 95th percentile ITL (per emission), milliseconds.
+-- @column tokens_per_step: Mean decode tokens a request got per forward pass (accepted tokens under speculative decoding).
+-- @column step_basis: How the step accounting found each request's own passes (steps_accounting.basis).
+-- @column prefill_interference_share: Decode time lost to prefill work (waits through prefill iterations plus the stretch of own passes that prefilled), share of ITL, 0..1.
+-- @column prefill_wait_ms: Waits through prefill iterations, summed over requests, milliseconds.
+-- @column other_decode_share: Decode time in other iterations without prefill, share of ITL, 0..1.
+-- @column preempted_requests: Requests with a preemption stall (count).
+-- @column preemption_stalls: Preemption stalls (count).
+-- @column preempted_ms: Time preempted (no step while the engine kept stepping), summed, milliseconds.
+-- @column preempted_share: Preempted time, share of decode time, 0..1.
+-- @column longest_stall_ms: Longest preemption stall, milliseconds.
 -- @column gpu_samples: GPU samples (count).
 -- @column gpu_interval_ms: Largest median sampling interval among GPUs, milliseconds.
 -- @column gpu_util_decode_pct: Mean SM (else NVML GPU) utilisation during decode, percent.
@@ -98,6 +109,7 @@ lp AS (SELECT
     first(p50_ms) FILTER (WHERE metric = 'ttft') AS ttft_p50,
     first(mean_ms) FILTER (WHERE metric = 'itl') AS itl_mean_ms,
     first(p50_ms) FILTER (WHERE metric = 'itl') AS itl_p50_ms,
+    first(p95_ms) FILTER (WHERE metric = 'itl') AS itl_p95_ms,
     first(mean_ms) FILTER (WHERE metric = 'tpot') AS tpot_mean_ms
     FROM latency_percentiles),
 req AS (SELECT count(*) AS requests, count(*) FILTER (WHERE NOT ok) AS failed_requests FROM attribution_requests),
@@ -154,6 +166,11 @@ ho AS (SELECT first(tokens) AS host_tokens, first(host_mean_ms) AS host_mean_ms,
     first(step_mean_ms) AS step_mean_ms FROM host_overhead),
 sp AS (SELECT first(steps) AS steps, first(stall_ratio) AS stall_ratio,
     first(stalled_decode_share) AS stalled_decode_share FROM steps_prefill),
+sa AS (SELECT first(tokens_per_step) AS tokens_per_step, first(basis) AS step_basis,
+    first(prefill_share) AS prefill_interference_share, first(prefill_wait_ms) AS prefill_wait_ms,
+    first(other_decode_share) AS other_decode_share, first(stalled_requests) AS preempted_requests,
+    first(stalls) AS preemption_stalls, first(no_step_ms) AS preempted_ms, first(no_step_share) AS preempted_share,
+    first(longest_stall_ms) AS longest_stall_ms FROM steps_accounting),
 gd AS (SELECT coalesce(sum(samples), 0) AS gpu_samples, max(interval_ms) AS gpu_interval_ms,
     sum(coalesce(sm_util_decode_pct, gpu_util_decode_pct) * decode_samples)
         / nullif(sum(decode_samples) FILTER (WHERE coalesce(sm_util_decode_pct, gpu_util_decode_pct) IS NOT NULL), 0)
@@ -189,13 +206,16 @@ n AS (SELECT
     rs.ideal_per_1k_kv_ms, rs.compute_to_memory,
     ho.host_tokens, ho.host_mean_ms, ho.host_share, ho.step_mean_ms,
     sp.steps, sp.stall_ratio, sp.stalled_decode_share,
+    lp.itl_p95_ms, sa.tokens_per_step, sa.step_basis, sa.prefill_interference_share, sa.prefill_wait_ms,
+    sa.other_decode_share, sa.preempted_requests, sa.preemption_stalls, sa.preempted_ms, sa.preempted_share,
+    sa.longest_stall_ms,
     gd.gpu_samples, gd.gpu_interval_ms, gd.gpu_util_decode_pct, gd.dram_bw_util_decode_pct,
     (SELECT coalesce(sum(samples), 0) FROM cs) AS stacks_samples,
     (SELECT category FROM cs WHERE busy_share IS NOT NULL ORDER BY samples DESC, category LIMIT 1) AS cpu_top_category,
     (SELECT busy_share FROM cs WHERE busy_share IS NOT NULL ORDER BY samples DESC, category LIMIT 1) AS cpu_top_busy_share,
     (SELECT busy_share FROM cs WHERE category = 'tokenize') AS cpu_tokenize_busy_share,
     (SELECT coalesce(sum(dropped_rows), 0) FROM _traces) AS dropped_rows
-    FROM lp, req, rr, cc, dt, ft, rs, ho, sp, gd
+    FROM lp, req, rr, cc, dt, ft, rs, ho, sp, sa, gd
 )
 SELECT * EXCLUDE (ttft_p50),
     CASE WHEN bottleneck IS NULL AND ttft_share IS NOT NULL THEN

@@ -100,6 +100,44 @@ FROM per
 LEFT JOIN (SELECT DISTINCT trace, request_id FROM requests WHERE status = 'error') AS f
     USING (trace, request_id);
 
+-- The keys of tokens_requests with the trace's position in the high bits, the form of
+-- _steps_seq.id_key (trace position x 2^40 + step_id): joins on one integer.
+CREATE OR REPLACE TEMP TABLE _tokens_requests_ti AS
+SELECT r.trace, r.request_id, r.request_key, r.failed, x.ti * 1099511627776 AS _ti
+FROM tokens_requests AS r
+JOIN (SELECT trace, row_number() OVER (ORDER BY trace) AS ti FROM _traces) AS x USING (trace);
+
+-- Steps of each trace (the steps table) in time order, with running sums that make "the
+-- iterations between two of a request's forward passes" two lookups in the ordered pass
+-- below instead of a range join (the per-request step accounting, steps.sql).
+CREATE OR REPLACE TEMP TABLE _steps_seq AS
+WITH x AS (
+    -- per trace: its position, and its mean decode-only step (what a step that also prefilled is compared with)
+    SELECT t.trace, t.ti, b.decode_only_ns
+    FROM (SELECT trace, row_number() OVER (ORDER BY trace) AS ti FROM _traces) AS t
+    LEFT JOIN (SELECT trace, avg(end_ns - start_ns) FILTER (WHERE prefill_tokens = 0 AND decode_tokens > 0)
+                   AS decode_only_ns
+               FROM steps GROUP BY trace) AS b USING (trace)
+),
+s AS (
+    SELECT trace, step_id, start_ns, end_ns, prefill_tokens, decode_tokens, batch_size, kv_tokens, x.ti,
+        end_ns - start_ns AS dur_ns, x.decode_only_ns,
+        row_number() OVER w AS n,
+        -- BIGINT, not the HUGEINT a sum of BIGINTs gives: 128-bit values double what a sort moves
+        (sum(CASE WHEN prefill_tokens > 0 THEN end_ns - start_ns ELSE 0 END) OVER w)::BIGINT AS cum_prefill_ns,
+        (sum(CASE WHEN prefill_tokens > 0 THEN 0 ELSE end_ns - start_ns END) OVER w)::BIGINT AS cum_other_ns,
+        (sum(CASE WHEN decode_tokens > 0 THEN 1 ELSE 0 END) OVER w)::BIGINT AS cum_decode_steps,
+        start_ns - lag(end_ns) OVER w AS gap_ns
+    FROM steps JOIN x USING (trace)
+    WINDOW w AS (PARTITION BY trace ORDER BY start_ns, step_id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+)
+SELECT * EXCLUDE (ti, n),
+    -- unique over every trace (the trace's position in the high bits): joins on one integer
+    ti * 1099511627776 + n AS seq,
+    ti * 1099511627776 + step_id AS id_key,
+    CASE WHEN prefill_tokens > 0 THEN greatest(dur_ns - coalesce(decode_only_ns, dur_ns), 0) ELSE 0 END AS slowed_ns
+FROM s;
+
 -- @view tokens_gaps
 -- One row per token that has a predecessor in its request (index > 0): the
 -- inter-token latency and, where step times exist, the host time between steps.
@@ -117,36 +155,90 @@ LEFT JOIN (SELECT DISTINCT trace, request_id FROM requests WHERE status = 'error
 -- @column client_itl_ms: Gap to the previous token on the client clock (client_recv_ns), milliseconds; null unless both tokens carry it.
 -- @column itl_ms: Inter-token latency, milliseconds: client_itl_ms where measured, else server_itl_ms.
 -- @column itl_clock: Which clock itl_ms comes from: 'client' or 'server'.
--- @column host_ms: server_itl_ms - step_ms, milliseconds: time between forward passes (scheduling, sampling, detokenize, Python).
+-- @column host_ms: server_itl_ms - step_ms, not below 0, milliseconds, on the first token of an emission (null on the others): time outside this request's forward pass. With a steps table that includes other iterations; host_overhead separates them.
+-- @column emission: True when the token opens a new emission (itl_ms > 0); tokens streamed together (one chunk, a speculative step's accepted tokens) share one gap.
 -- @column failed: True when the request failed (requests.status = 'error').
+-- @column step_emission: True when the token opens a new forward pass for its request (its step differs from its predecessor's): one row of the step accounting (steps_emissions); the columns below are null on other rows.
+-- @column step_match: How the forward pass was found: 0 step_id, 1 the steps row holding the token's step_start_ns, 2 the token's own step times (no steps row).
+-- @column own_ms: The forward pass's time, milliseconds.
+-- @column prefill_slowed_ms: Of own_ms, the part beyond the trace's mean decode-only step when the pass also prefilled, milliseconds.
+-- @column between_prefill_ms: Time of the iterations with prefill work between the previous pass and this one, milliseconds.
+-- @column between_other_ms: Time of the iterations without prefill between the previous pass and this one, milliseconds.
+-- @column skipped_decode_steps: Decode iterations between the previous pass and this one (count; null without steps rows).
+-- @column preempted: True when skipped_decode_steps is at least preemption_min_steps: the request was not running (preempted), so the whole wait is counted as such.
 CREATE OR REPLACE VIEW tokens_gaps AS
 SELECT
-    trace, request_id, request_key, index, kv_len, batch_size, step_id, step_ms,
-    server_itl_ms, client_itl_ms,
+    g.trace, g.request_id, g.request_key, g.index, g.kv_len, g.batch_size, g.step_id, g.step_ms,
+    g.server_itl_ms, g.client_itl_ms,
     coalesce(client_itl_ms, server_itl_ms) AS itl_ms,
     CASE WHEN client_itl_ms IS NOT NULL THEN 'client' ELSE 'server' END AS itl_clock,
-    server_itl_ms - step_ms AS host_ms,
-    failed
+    CASE WHEN server_itl_ms > 0 AND step_ms IS NOT NULL THEN greatest(server_itl_ms - step_ms, 0) END AS host_ms,
+    coalesce(client_itl_ms, server_itl_ms) > 0 AS emission,
+    g.failed,
+    step_emission,
+    CASE WHEN step_emission THEN CASE WHEN g.skey < 0 THEN 2 ELSE match_code END END AS step_match,
+    CASE WHEN step_emission THEN own_ns / 1e6 END AS own_ms,
+    CASE WHEN step_emission THEN coalesce(g.slowed_ns, 0) / 1e6 END AS prefill_slowed_ms,
+    -- the iterations strictly between the previous forward pass and this one: none when the two
+    -- are consecutive steps (the common case, so the previous step is looked up only otherwise)
+    CASE WHEN step_emission THEN CASE WHEN _adjacent THEN 0
+        ELSE so.cum_prefill_ns - CASE WHEN so.prefill_tokens > 0 THEN so.dur_ns ELSE 0 END - sp.cum_prefill_ns
+        END / 1e6 END AS between_prefill_ms,
+    CASE WHEN step_emission THEN CASE WHEN _adjacent THEN 0
+        ELSE so.cum_other_ns - CASE WHEN so.prefill_tokens > 0 THEN 0 ELSE so.dur_ns END - sp.cum_other_ns
+        END / 1e6 END AS between_other_ms,
+    CASE WHEN step_emission THEN CASE WHEN _adjacent THEN 0
+        ELSE so.cum_decode_steps - CASE WHEN so.decode_tokens > 0 THEN 1 ELSE 0 END - sp.cum_decode_steps
+        END END AS skipped_decode_steps,
+    CASE WHEN step_emission THEN NOT _adjacent AND coalesce(so.cum_decode_steps - CASE WHEN so.decode_tokens > 0
+        THEN 1 ELSE 0 END - sp.cum_decode_steps >= (SELECT preemption_min_steps FROM _thresholds), false)
+        END AS preempted
 FROM (
-    SELECT
-        trace, request_id, request_key, index, kv_len, batch_size, step_id,
-        step_ns / 1e6 AS step_ms,
-        (emit_ns - lag(emit_ns) OVER w) / 1e6 AS server_itl_ms,
-        (client_recv_ns - lag(client_recv_ns) OVER w) / 1e6 AS client_itl_ms,
-        failed
+    SELECT *, skey IS NOT NULL AND skey IS DISTINCT FROM _p_skey AS step_emission,
+        skey > 0 AND skey - _p_skey = 1 AS _adjacent
     FROM (
-        -- Partitioning on the integer request_key, not on (trace, request_id): DuckDB sorts
-        -- integers several times faster than strings. (One global sort on a combined
-        -- (request_key, index) key costs the same time and ~40 % more memory.) One column
-        -- for the step time: less to carry through the sort.
-        SELECT t.trace, t.request_id, r.request_key, t.index, t.kv_len, t.batch_size, t.step_id,
-            t.step_end_ns - t.step_start_ns AS step_ns, t.emit_ns, t.client_recv_ns, r.failed
-        FROM tokens AS t
-        JOIN tokens_requests AS r USING (trace, request_id)
+        SELECT
+            trace, request_id, request_key, index, kv_len, batch_size, step_id, step_ns,
+            step_ns / 1e6 AS step_ms,
+            (emit_ns - lag(emit_ns) OVER w) / 1e6 AS server_itl_ms,
+            (client_recv_ns - lag(client_recv_ns) OVER w) / 1e6 AS client_itl_ms,
+            failed, match_code, skey, lag(skey) OVER w AS _p_skey, own_ns, slowed_ns
+        FROM (
+            -- Partitioning on the integer request_key, not on (trace, request_id): DuckDB sorts
+            -- integers several times faster than strings. (One global sort on a combined
+            -- (request_key, index) key costs the same time and ~40 % more memory.) One column
+            -- for the step time: less to carry through the sort. skey: the token's forward pass,
+            -- its seq in _steps_seq (positive), by step_id (one integer key), else (no step_id)
+            -- the steps row whose start is the latest at or before the token's step_start_ns and
+            -- whose end is not before it; without a steps row, minus the token's own step start.
+            -- The ASOF join sorts both sides, so its steps side is empty unless it is needed.
+            SELECT t.trace, t.request_id, r.request_key, t.index, t.kv_len, t.batch_size, t.step_id,
+                t.step_end_ns - t.step_start_ns AS step_ns, t.emit_ns, t.client_recv_ns, r.failed,
+                (0)::TINYINT AS match_code, coalesce(s.seq, -1 - t.step_start_ns) AS skey,
+                coalesce(s.dur_ns, t.step_end_ns - t.step_start_ns) AS own_ns, s.slowed_ns
+            FROM tokens AS t
+            JOIN _tokens_requests_ti AS r USING (trace, request_id)
+            LEFT JOIN _steps_seq AS s ON s.id_key = r._ti + t.step_id
+            WHERE t.step_id IS NOT NULL OR t.step_start_ns IS NULL
+            UNION ALL
+            SELECT t.trace, t.request_id, r.request_key, t.index, t.kv_len, t.batch_size, t.step_id,
+                t.step_end_ns - t.step_start_ns, t.emit_ns, t.client_recv_ns, r.failed, (1)::TINYINT,
+                CASE WHEN s.end_ns >= t.step_start_ns THEN s.seq ELSE -1 - t.step_start_ns END,
+                CASE WHEN s.end_ns >= t.step_start_ns THEN s.dur_ns ELSE t.step_end_ns - t.step_start_ns END,
+                CASE WHEN s.end_ns >= t.step_start_ns THEN s.slowed_ns END
+            FROM (SELECT * FROM tokens WHERE step_id IS NULL AND step_start_ns IS NOT NULL) AS t
+            JOIN _tokens_requests_ti AS r USING (trace, request_id)
+            ASOF LEFT JOIN (SELECT trace, start_ns, end_ns, seq, dur_ns, slowed_ns FROM _steps_seq
+                            WHERE (SELECT count(*) FROM tokens
+                                   WHERE step_id IS NULL AND step_start_ns IS NOT NULL) > 0) AS s
+                ON s.trace = t.trace AND t.step_start_ns >= s.start_ns
+        )
+        WINDOW w AS (PARTITION BY request_key ORDER BY index)
     )
-    WINDOW w AS (PARTITION BY request_key ORDER BY index)
-)
-WHERE index > 0 AND server_itl_ms IS NOT NULL;
+) AS g
+LEFT JOIN _steps_seq AS so ON so.seq = CASE WHEN g.step_emission AND NOT g._adjacent AND g.skey > 0 THEN g.skey END
+LEFT JOIN _steps_seq AS sp ON sp.seq = CASE WHEN g.step_emission AND NOT g._adjacent AND g._p_skey > 0 THEN g._p_skey END
+WHERE g.index > 0 AND g.server_itl_ms IS NOT NULL;
 
 -- @view tokens_request_itl
 -- ITL percentiles per request, computed on demand (reads tokens in order; for one
@@ -154,8 +246,8 @@ WHERE index > 0 AND server_itl_ms IS NOT NULL;
 -- @column trace: Trace label.
 -- @column request_id: Request id.
 -- @column request_key: Integer key of the request.
--- @column gaps: Tokens with an ITL (count).
--- @column itl_mean_ms: Mean ITL, milliseconds.
+-- @column gaps: Emissions with an ITL (count).
+-- @column itl_mean_ms: Mean ITL per emission, milliseconds.
 -- @column itl_p50_ms: Median ITL, milliseconds.
 -- @column itl_p90_ms: 90th percentile ITL, milliseconds.
 -- @column itl_p99_ms: 99th percentile ITL, milliseconds.
@@ -165,54 +257,96 @@ SELECT trace, request_id, request_key, count(*) AS gaps, avg(itl_ms) AS itl_mean
     quantile_cont(itl_ms, 0.5) AS itl_p50_ms, quantile_cont(itl_ms, 0.9) AS itl_p90_ms,
     quantile_cont(itl_ms, 0.99) AS itl_p99_ms, max(itl_ms) AS itl_max_ms
 FROM tokens_gaps
+WHERE emission
 GROUP BY trace, request_id, request_key;
 
 -- @table tokens_gap_stats
 -- The statistics that need tokens in order (they use each token's gap to the
 -- previous one), in one pass over tokens_gaps of successful requests: ITL
--- percentiles, host time between steps, and the moment sums that fit
+-- percentiles per emission (a chunk of tokens streamed together counts once, as
+-- vLLM bench serve counts them; TPOT stays per token), host time between steps, and the moment sums that fit
 -- server-side ITL against kv_len (the decode fit's basis when no step times
 -- were recorded). One row.
--- @column gaps: Tokens with an ITL (count).
--- @column client_gaps: Of those, tokens whose ITL is client-side (count).
--- @column itl_mean_ms: Mean ITL, milliseconds.
+-- @column gaps: Emissions with an ITL: tokens with a gap above 0 (count).
+-- @column gap_tokens: Tokens after token 0 with a gap, zero gaps included (count).
+-- @column client_gaps: Of the emissions, those whose ITL is client-side (count).
+-- @column itl_mean_ms: Mean ITL per emission, milliseconds.
 -- @column itl_p50_ms: Median ITL, milliseconds (linear interpolation, as numpy).
 -- @column itl_p90_ms: 90th percentile ITL, milliseconds.
 -- @column itl_p95_ms: 95th percentile ITL, milliseconds.
 -- @column itl_p99_ms: 99th percentile ITL, milliseconds.
--- @column host_gaps: Tokens with both a gap and a step time (count).
--- @column host_sum_ms: Sum of host_ms (server gap minus step time) over those, milliseconds.
+-- @column host_gaps: Emissions with both a server-side gap and a step time (count).
+-- @column host_sum_ms: Sum of host_ms (server gap minus step time, not below 0) over those, milliseconds.
 -- @column host_step_sum_ms: Sum of step time over those, milliseconds.
--- @column itl_fit_n: Tokens with kv_len (count): the ITL fit and the roofline's ITL basis.
+-- @column itl_fit_n: Emissions with kv_len (count): the ITL fit and the roofline's ITL basis.
 -- @column itl_fit_sx: Sum of kv_len over those tokens, tokens.
 -- @column itl_fit_sxx: Sum of kv_len squared, tokens squared.
 -- @column itl_fit_sy: Sum of server-side ITL, milliseconds.
 -- @column itl_fit_syy: Sum of server-side ITL squared, milliseconds squared.
 -- @column itl_fit_sxy: Sum of kv_len times server-side ITL, token-milliseconds.
+-- @column step_emissions: Forward passes of those requests after token 0 (count).
+-- @column step_tokens: Tokens after token 0 with a step time (count).
+-- @column step_match_min: Smallest tokens_gaps.step_match (null without step information).
+-- @column step_match_max: Largest tokens_gaps.step_match.
+-- @column step_itl_ms: Sum of the server-side gaps of those passes, milliseconds.
+-- @column step_own_ms: Sum of own_ms, milliseconds.
+-- @column step_prefill_wait_ms: Sum of between_prefill_ms over passes not preempted, milliseconds.
+-- @column step_prefill_slowed_ms: Sum of prefill_slowed_ms, milliseconds.
+-- @column step_other_decode_ms: Sum of between_other_ms over passes not preempted, milliseconds.
+-- @column step_engine_gap_ms: What is left of step_itl_ms: time in no iteration (host and scheduler), milliseconds.
+-- @column step_no_step_ms: Sum of the waits (gap minus own pass) of preempted passes, milliseconds.
+-- @column step_stalled_requests: Requests with a preemption stall (count).
+-- @column step_stalls: Preemption stalls (count).
+-- @column step_longest_stall_ms: Longest preemption stall, milliseconds.
 CREATE OR REPLACE TEMP TABLE tokens_gap_stats AS
 WITH s AS (
     SELECT
-        count(*) AS gaps,
-        count(client_itl_ms) AS client_gaps,
-        favg(itl_ms) AS itl_mean_ms,
-        quantile_cont(itl_ms, [0.5, 0.9, 0.95, 0.99]) AS q,
+        count(*) FILTER (WHERE emission) AS gaps,
+        count(*) AS gap_tokens,
+        count(client_itl_ms) FILTER (WHERE emission) AS client_gaps,
+        favg(itl_ms) FILTER (WHERE emission) AS itl_mean_ms,
+        quantile_cont(itl_ms, [0.5, 0.9, 0.95, 0.99]) FILTER (WHERE emission) AS q,
         count(host_ms) AS host_gaps,
         sum(host_ms) AS host_sum_ms,
-        sum(step_ms) AS host_step_sum_ms,
-        count(kv_len) AS itl_fit_n,
-        sum(kv_len::DOUBLE) AS itl_fit_sx,
-        sum(kv_len::DOUBLE * kv_len) AS itl_fit_sxx,
-        sum(CASE WHEN kv_len IS NOT NULL THEN server_itl_ms END) AS itl_fit_sy,
-        sum(CASE WHEN kv_len IS NOT NULL THEN server_itl_ms * server_itl_ms END) AS itl_fit_syy,
-        sum(kv_len * server_itl_ms) AS itl_fit_sxy
-    FROM tokens_gaps
+        sum(step_ms) FILTER (WHERE host_ms IS NOT NULL) AS host_step_sum_ms,
+        count(kv_len) FILTER (WHERE server_itl_ms > 0) AS itl_fit_n,
+        sum(kv_len::DOUBLE) FILTER (WHERE server_itl_ms > 0) AS itl_fit_sx,
+        sum(kv_len::DOUBLE * kv_len) FILTER (WHERE server_itl_ms > 0) AS itl_fit_sxx,
+        sum(CASE WHEN kv_len IS NOT NULL THEN server_itl_ms END) FILTER (WHERE server_itl_ms > 0) AS itl_fit_sy,
+        sum(CASE WHEN kv_len IS NOT NULL THEN server_itl_ms * server_itl_ms END) FILTER (WHERE server_itl_ms > 0)
+            AS itl_fit_syy,
+        sum(kv_len * server_itl_ms) FILTER (WHERE server_itl_ms > 0) AS itl_fit_sxy,
+        count(*) FILTER (WHERE step_emission) AS step_emissions,
+        count(*) FILTER (WHERE _has_step) AS step_tokens,
+        min(step_match) AS step_match_min, max(step_match) AS step_match_max,
+        -- sums of the parts; the engine gap is what is left (steps_accounting): no per-row split here
+        sum(server_itl_ms) FILTER (WHERE step_emission) AS step_itl_ms,
+        sum(own_ms) AS step_own_ms,
+        sum(between_prefill_ms) FILTER (WHERE NOT preempted) AS step_prefill_wait_ms,
+        sum(prefill_slowed_ms) AS step_prefill_slowed_ms,
+        sum(between_other_ms) FILTER (WHERE NOT preempted) AS step_other_decode_ms,
+        sum(server_itl_ms - own_ms) FILTER (WHERE preempted) AS step_no_step_ms,
+        -- a list, not count(DISTINCT): stalls are few, and a DISTINCT aggregate slows the whole pass
+        len(list_distinct(list(request_key) FILTER (WHERE preempted))) AS step_stalled_requests,
+        count(*) FILTER (WHERE preempted) AS step_stalls,
+        max(server_itl_ms - own_ms) FILTER (WHERE preempted) AS step_longest_stall_ms
+    FROM (SELECT *, step_ms IS NOT NULL OR step_id IS NOT NULL AS _has_step FROM tokens_gaps)
     WHERE NOT failed
 )
 SELECT
-    gaps, client_gaps, itl_mean_ms,
+    gaps, gap_tokens, client_gaps, itl_mean_ms,
     q[1] AS itl_p50_ms, q[2] AS itl_p90_ms, q[3] AS itl_p95_ms, q[4] AS itl_p99_ms,
     host_gaps, coalesce(host_sum_ms, 0) AS host_sum_ms, coalesce(host_step_sum_ms, 0) AS host_step_sum_ms,
     itl_fit_n, coalesce(itl_fit_sx, 0) AS itl_fit_sx, coalesce(itl_fit_sxx, 0) AS itl_fit_sxx,
     coalesce(itl_fit_sy, 0) AS itl_fit_sy, coalesce(itl_fit_syy, 0) AS itl_fit_syy,
-    coalesce(itl_fit_sxy, 0) AS itl_fit_sxy
+    coalesce(itl_fit_sxy, 0) AS itl_fit_sxy,
+    step_emissions, step_tokens, step_match_min, step_match_max,
+    coalesce(step_itl_ms, 0) AS step_itl_ms, coalesce(step_own_ms, 0) AS step_own_ms,
+    coalesce(step_prefill_wait_ms, 0) AS step_prefill_wait_ms,
+    coalesce(step_prefill_slowed_ms, 0) AS step_prefill_slowed_ms,
+    coalesce(step_other_decode_ms, 0) AS step_other_decode_ms,
+    coalesce(step_itl_ms - step_own_ms - coalesce(step_prefill_wait_ms, 0) - coalesce(step_other_decode_ms, 0)
+        - coalesce(step_no_step_ms, 0), 0) AS step_engine_gap_ms,
+    coalesce(step_no_step_ms, 0) AS step_no_step_ms,
+    step_stalled_requests, step_stalls, step_longest_stall_ms
 FROM s;

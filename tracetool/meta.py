@@ -16,7 +16,8 @@ from tracetool.schema import FORMAT, META_FILE, VERSION
 #: Known numeric fields of the optional blocks; other keys are kept as they are.
 MODEL_NUMBERS = ("params", "active_params", "layers", "kv_heads", "head_dim",
                  "weight_bytes_per_param", "kv_bytes_per_elem", "kv_bytes_per_token",
-                 "hidden", "heads", "vocab")
+                 "hidden", "heads", "vocab", "experts", "experts_per_token", "kv_lora_rank",
+                 "qk_rope_head_dim")
 HARDWARE_NUMBERS = ("gpu_count", "mem_bw_bytes_per_s", "peak_flops")
 
 

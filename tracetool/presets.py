@@ -83,6 +83,9 @@ class ModelPreset:
     tied_embeddings: bool = False
     #: MLA (DeepSeek): the cache holds kv_lora_rank + qk_rope_head_dim per layer.
     mla_dims: int | None = None
+    #: MoE: routed experts per MoE layer, and how many of them each token uses (top-k).
+    experts: int | None = None
+    experts_per_token: int | None = None
 
     def kv_bytes_per_token(self, kv_dtype: str = "bf16") -> float:
         """KV-cache bytes one token adds, all layers: 2*L*kv_heads*head_dim*b (GQA/MHA), L*dims*b (MLA)."""
@@ -115,6 +118,8 @@ class ModelPreset:
             meta["active_params"] = self.active_params
         if self.mla_dims is not None:
             meta["kv_bytes_per_token"] = self.kv_bytes_per_token(kv_dtype)
+        if self.experts:
+            meta["experts"], meta["experts_per_token"] = self.experts, self.experts_per_token
         return {k: v for k, v in meta.items() if v is not None}
 
 
@@ -126,11 +131,12 @@ MODELS: dict[str, ModelPreset] = {m.slug: m for m in (
     ModelPreset("llama-3.2-1b", "Llama 3.2 1B", 16, 2048, 32, 8, 64, 128256, 1.24 * B, tied_embeddings=True),
     ModelPreset("llama-3.2-3b", "Llama 3.2 3B", 28, 3072, 24, 8, 128, 128256, 3.21 * B, tied_embeddings=True),
     ModelPreset("mistral-7b-v0.3", "Mistral 7B v0.3", 32, 4096, 32, 8, 128, 32768, 7.25 * B),
-    ModelPreset("mixtral-8x7b", "Mixtral 8x7B", 32, 4096, 32, 8, 128, 32000, 46.7 * B, active_params=12.9 * B),
+    ModelPreset("mixtral-8x7b", "Mixtral 8x7B", 32, 4096, 32, 8, 128, 32000, 46.7 * B, active_params=12.9 * B,
+                experts=8, experts_per_token=2),
     ModelPreset("qwen2.5-7b", "Qwen2.5 7B", 28, 3584, 28, 4, 128, 152064, 7.62 * B),
     ModelPreset("qwen2.5-72b", "Qwen2.5 72B", 80, 8192, 64, 8, 128, 152064, 72.7 * B),
     ModelPreset("deepseek-v3", "DeepSeek-V3", 61, 7168, 128, None, None, 129280, 671 * B,
-                active_params=37.6 * B, mla_dims=512 + 64),
+                active_params=37.6 * B, mla_dims=512 + 64, experts=256, experts_per_token=8),
     ModelPreset("gpt-2-small", "GPT-2 small", 12, 768, 12, 12, 64, 50257, 0.124 * B, tied_embeddings=True),
 )}
 MODEL_ALIASES = {"gpt2": "gpt-2-small", "gpt-2": "gpt-2-small", "llama3.1-8b": "llama-3.1-8b",
@@ -209,7 +215,8 @@ def from_hf_config(cfg: dict[str, Any], name: str = "model") -> ModelPreset:
         _positive(kv_lora_rank=mla)
     slug = re.sub(r"[^a-z0-9.]+", "-", str(cfg.get("_name_or_path") or name).lower()).strip("-") or "model"
     return ModelPreset(slug, str(cfg.get("_name_or_path") or name), layers, hidden, heads, kv_heads, head_dim,
-                       vocab, params, active, tied, mla)
+                       vocab, params, active, tied, mla, experts if experts > 1 else None,
+                       min(experts, active_experts) if experts > 1 else None)
 
 
 def _positive(**sizes: int) -> None:

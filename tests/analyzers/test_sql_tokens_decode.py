@@ -56,7 +56,7 @@ def test_decode_fit_all_and_per_request(toy_con: Any) -> None:
     got = rows(toy_con, "SELECT * FROM decode_fit")
     assert got[0] == {"level": "all", "trace": None, "request_id": None, "basis": "step", "n": 3,
                       "base_ms": pytest.approx(8.0), "per_1k_kv_ms": pytest.approx(2.0), "r2": pytest.approx(1.0),
-                      "mean_ms": 14.0, "kv_len_min": 2000, "kv_len_max": 4000}
+                      "mean_ms": 14.0, "kv_len_min": 2000, "kv_len_max": 4000, "per_seq_ms": None}
     per = {r["request_id"]: r for r in got[1:]}
     assert per["a"]["per_1k_kv_ms"] == pytest.approx(2.0) and per["a"]["r2"] == pytest.approx(1.0)
     assert per["b"]["n"] == 0 and per["b"]["per_1k_kv_ms"] is None, "no kv_len: no fit, not a zero slope"
@@ -107,7 +107,9 @@ def test_no_roofline_without_hardware_says_why(tmp_path: Path) -> None:
 def test_host_overhead(toy_con: Any) -> None:
     r = rows(toy_con, "SELECT * FROM host_overhead")[0]
     assert r == {"tokens": 3, "itl_mean_ms": 20.0, "step_mean_ms": 14.0, "host_mean_ms": 6.0,
-                 "host_share": pytest.approx(0.3), "steps": 0, "step_gap_mean_ms": None, "step_gap_p50_ms": None}
+                 "host_share": pytest.approx(0.3), "steps": 0, "step_gap_mean_ms": None, "step_gap_p50_ms": None,
+                 # no steps table: a request's waits between its own passes can only be the host's
+                 "waited_mean_ms": 0.0, "basis": "token-steps"}
 
 
 def test_throughput(toy_con: Any) -> None:
