@@ -22,7 +22,7 @@ from typing import Any
 from tracetool.errors import UsageError
 from tracetool.presets import dtype_bytes, gpu_preset, match_gpu_name, model_preset
 
-COMPONENTS = ("network", "queue", "tokenize", "preprocess", "prefill", "decode", "detokenize",
+COMPONENTS = ("client_queue", "network", "queue", "tokenize", "preprocess", "prefill", "decode", "detokenize",
               "postprocess", "other")
 
 
@@ -74,6 +74,10 @@ class Thresholds:
     #: Round trips that bound a streamed request's network time from above when only the client's TCP
     #: handshakes measure the link (a client-only trace): network <= this many RTTs.
     network_bound_round_trips: float = 10
+    #: A load client that sends below this share of its offered rate is the limit (client-bound).
+    client_rate_ratio: float = 0.9
+    #: Time waiting in the load client (client_queue) at or above this share of e2e: client-bound.
+    client_queue_share: float = 0.10
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

@@ -36,8 +36,16 @@ CLIENT_REQUEST = "client.request"
 SERVER_REQUEST = "server.request"
 PHASES = ("tokenize", "queue", "preprocess", "prefill", "decode", "detokenize", "postprocess")
 #: Components of the attribution rule, in the order they happen.
-COMPONENTS = ("network", "queue", "tokenize", "preprocess", "prefill", "decode",
+COMPONENTS = ("client_queue", "network", "queue", "tokenize", "preprocess", "prefill", "decode",
               "detokenize", "postprocess", "other")
+#: Components that only a scheduled load run can measure (``client.queue`` spans of ``tracetool
+#: probe --rate``): screens and reports leave them out where no request measured them.
+OPTIONAL_COMPONENTS = ("client_queue",)
+
+
+def shown_components(components: dict[str, dict[str, object]]) -> dict[str, dict[str, object]]:
+    """The analysis's ``components`` less the optional ones no request measured."""
+    return {k: v for k, v in components.items() if k not in OPTIONAL_COMPONENTS or v.get("measured")}
 
 
 @dataclass(frozen=True)

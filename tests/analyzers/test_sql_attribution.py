@@ -20,7 +20,7 @@ def test_attribution_requests_by_the_rule(toy_con: Any) -> None:
     a, b = got["a"], got["b"]
     assert a == {
         "trace": "toy", "request_id": "a", "request_key": 1, "ok": True, "e2e_ms": 150.0, "e2e_source": "client",
-        "network_ms": 30.0, "queue_ms": 10.0, "tokenize_ms": 2.0, "preprocess_ms": None, "prefill_ms": 28.0,
+        "client_queue_ms": None, "network_ms": 30.0, "queue_ms": 10.0, "tokenize_ms": 2.0, "preprocess_ms": None, "prefill_ms": 28.0,
         "decode_ms": 60.0, "detokenize_ms": None, "postprocess_ms": 5.0, "other_ms": 15.0, "server_ms": 120.0,
         "ttft_ms": 65.0, "ttft_source": "client", "tpot_ms": pytest.approx(85 / 3), "itl_mean_ms": 20.0,
         "output_tokens": 4, "prompt_tokens": None, "decode_tok_s": pytest.approx(3000 / 85),
@@ -34,7 +34,7 @@ def test_attribution_requests_by_the_rule(toy_con: Any) -> None:
 def test_components_shares_and_measured(toy_con: Any) -> None:
     got = {r["component"]: r for r in rows(toy_con, "SELECT * FROM attribution_components")}
     # sum of e2e = 250 ms
-    expect = {"network": (True, 1, 30.0, 0.12), "queue": (True, 1, 10.0, 0.04),
+    expect = {"client_queue": (False, 0, None, None), "network": (True, 1, 30.0, 0.12), "queue": (True, 1, 10.0, 0.04),
               "tokenize": (True, 1, 2.0, 0.008), "preprocess": (False, 0, None, None),
               "prefill": (True, 2, 34.0, 0.272), "decode": (True, 2, 50.0, 0.4),
               "detokenize": (False, 0, None, None), "postprocess": (True, 1, 5.0, 0.02),
@@ -45,7 +45,7 @@ def test_components_shares_and_measured(toy_con: Any) -> None:
         assert r["ms"] == (pytest.approx(ms) if ms is not None else None), name
         assert r["share"] == (pytest.approx(share) if share is not None else None), name
     assert [n for n, r in got.items() if r["bottleneck"]] == ["decode"]
-    assert list(got) == ["network", "queue", "tokenize", "preprocess", "prefill", "decode", "detokenize",
+    assert list(got) == ["client_queue", "network", "queue", "tokenize", "preprocess", "prefill", "decode", "detokenize",
                          "postprocess", "other"]
     assert sum(r["share"] or 0 for r in got.values()) == pytest.approx(1.0)
 
@@ -100,3 +100,27 @@ def test_a_failed_request_without_tokens_counts_as_failed(tmp_path: Any) -> None
     assert rows(con, "SELECT request_id, ok FROM attribution_requests ORDER BY 1") == [
         {"request_id": "bad", "ok": False}, {"request_id": "ok", "ok": True}]
     assert rows(con, "SELECT n, mean_ms FROM latency_percentiles WHERE metric = 'e2e'") == [{"n": 1, "mean_ms": 50.0}]
+
+
+def test_client_queue_counts_in_e2e_ttft_and_its_own_component(tmp_path: Any) -> None:
+    """A scheduled load run: due at 0, sent at 40 ms (client.queue), answered by 140 ms. e2e and TTFT
+    count from the intended send; network is still client.request - server.request; TPOT unchanged."""
+    from analyzer_scenarios import MS, spans, tokens, write_trace
+
+    import analyzers
+
+    p = write_trace(tmp_path / "t", {
+        "spans": spans([("r", "client.queue", 0, 40 * MS, "client"), ("r", "client.request", 40 * MS, 140 * MS, "client"),
+                        ("r", "server.request", 1000 * MS, 1090 * MS, "server"),
+                        ("r", "decode", 1030 * MS, 1090 * MS, "server")]),
+        "tokens": tokens([{"request_id": "r", "index": i, "emit_ns": (1030 + 20 * i) * MS,
+                           "client_recv_ns": (70 + 20 * i) * MS} for i in range(4)])})
+    con = analyzers.connect([p])
+    r = rows(con, "SELECT e2e_ms, client_queue_ms, network_ms, ttft_ms, tpot_ms, other_ms, bottleneck "
+                  "FROM attribution_requests")[0]
+    assert r == {"e2e_ms": 140.0, "client_queue_ms": 40.0, "network_ms": 10.0, "ttft_ms": 70.0,
+                 "tpot_ms": pytest.approx(70 / 3), "other_ms": 30.0, "bottleneck": "decode"}
+    comps = {c["component"]: c for c in rows(con, "SELECT * FROM attribution_components")}
+    assert comps["client_queue"]["share"] == pytest.approx(40 / 140)
+    assert comps["client_queue"]["ordinal"] == -1
+    assert sum(c["share"] or 0 for c in comps.values()) == pytest.approx(1.0)

@@ -99,6 +99,9 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
               help="Requests in flight at most.")
 @click.option("--rate", type=click.FloatRange(0, min_open=True), default=None,
               help="Poisson arrivals at this many requests/s (default: as fast as --concurrency allows).")
+@click.option("--burstiness", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True,
+              help="With --rate: shape of the gamma-distributed gaps between arrivals (1 = Poisson, "
+                   "as vLLM's; inf = evenly spaced; below 1 burstier).")
 @click.option("--prompt-tokens", type=click.IntRange(1), default=64, show_default=True,
               help="Approximate prompt length: this many random common words (~1 token each).")
 @click.option("--prompt-file", type=click.Path(path_type=Path, dir_okay=False), default=None,
@@ -121,7 +124,7 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
 @click.option("--force", is_flag=True, help="Replace the trace in a non-empty output directory.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @json_option
-def probe(url: str, n: int, concurrency: int, rate: float | None, prompt_tokens: int,
+def probe(url: str, n: int, concurrency: int, rate: float | None, burstiness: float, prompt_tokens: int,
           prompt_file: Path | None, max_tokens: int, chat: bool | None, model: str | None,
           api_key: str | None, timeout: float, ignore_eos: bool, no_usage: bool, seed: int,
           output: Path | None, force: bool, quiet: bool, as_json: bool) -> int:
@@ -151,7 +154,8 @@ def probe(url: str, n: int, concurrency: int, rate: float | None, prompt_tokens:
 
     if output is not None:
         check_out(output, force)
-    cfg = ProbeConfig(url=url, n=n, concurrency=concurrency, rate=rate, prompt_tokens=prompt_tokens,
+    cfg = ProbeConfig(url=url, n=n, concurrency=concurrency, rate=rate, burstiness=burstiness,
+                      prompt_tokens=prompt_tokens,
                       prompt_file=prompt_file, max_tokens=max_tokens, chat=chat, model=model, api_key=api_key,
                       timeout_s=timeout, seed=seed, ignore_eos=ignore_eos, include_usage=not no_usage,
                       out=output, progress=not quiet)

@@ -36,7 +36,7 @@ else:  # pragma: no cover - Python 3.10
 #: Latency metrics a budget can name, in display order.
 METRICS = ("ttft", "itl", "tpot", "e2e")
 #: Components a share budget can name (the attribution's nine, analyzers.COMPONENTS).
-COMPONENTS = ("network", "queue", "tokenize", "preprocess", "prefill", "decode", "detokenize",
+COMPONENTS = ("client_queue", "network", "queue", "tokenize", "preprocess", "prefill", "decode", "detokenize",
               "postprocess", "other")
 #: The statistics the default regression checks gate on.
 DEFAULT_STATS = ("p50", "p95")

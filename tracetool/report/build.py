@@ -24,6 +24,7 @@ from tracetool.report import fmt
 from tracetool.report.budget import COMPONENTS, METRICS, Budget
 from tracetool.report.gate import GateResult, Side, evaluate
 from tracetool.report.stats import Sample
+from tracetool.schema import shown_components
 
 FORMAT = "tracetool-report"
 VERSION = 1
@@ -149,7 +150,7 @@ class Report:
             "baseline_latency": _latency(self.baseline.doc) if self.baseline else None,
             "components": {c: {"ms": fmt.rnd(v["ms"], 3), "share": fmt.rnd(v["share"], 4),
                                "measured": bool(v["measured"]), "requests": v["requests"]}
-                           for c, v in d["components"].items() if c in COMPONENTS},
+                           for c, v in shown_components(d["components"]).items() if c in COMPONENTS},
             "comparison": None if self.baseline is None else [_comparison(c) for c in self.gate.comparisons],
             "checks": [_check(c) for c in checks],
             "findings": [dict(f) for f in d.get("findings", [])],

@@ -4,7 +4,10 @@ It streams chat or completion requests (vLLM, SGLang, TGI, llama.cpp server,
 ``tracetool serve``) and writes what the client saw as a v1 trace:
 
 * a ``client.request`` span per request (request sent, connection set-up
-  included → last byte received) and a ``client.connect`` span for each new
+  included → last byte received), a ``client.queue`` span before it when the
+  run has a schedule (``--rate``: intended send time → sent; time the request
+  waited in the client for a concurrency slot or a late event loop, see
+  :mod:`tracetool.serving.schedule`), and a ``client.connect`` span for each new
   TCP connection (the TCP handshake: one RTT sample per connection), both on
   the client clock;
 * a ``tokens`` row per content chunk with ``client_recv_ns``;
@@ -42,6 +45,14 @@ from tracetool.errors import BadInput, UsageError
 from tracetool.notices import say_once
 from tracetool.serving import probe_events, server_timings
 from tracetool.serving.probe_trace import write_request
+from tracetool.serving.schedule import (
+    CPU_BOUND,
+    LAG_LIMIT_MS,
+    LAG_WARN_SHARE,
+    LoopMonitor,
+    LoopStats,
+    arrival_offsets,
+)
 from tracetool.serving.sse import MalformedStream, SSEParser, parse_server_timing
 
 #: Most of an error body or model list read: enough for any message, bounded against endless bodies.
@@ -66,6 +77,8 @@ class ProbeConfig:
     n: int = 16
     concurrency: int = 4
     rate: float | None = None
+    #: shape of the gamma-distributed gaps between arrivals (1 = Poisson, inf = evenly spaced)
+    burstiness: float = 1.0
     prompt_tokens: int = 64
     prompt_file: Path | None = None
     max_tokens: int = 32
@@ -88,6 +101,11 @@ class RequestResult:
     request_id: str
     prompt_chars: int
     start_ns: int = 0
+    #: when the schedule said to send it (client clock); None in a closed-loop run (no schedule)
+    intended_ns: int | None = None
+    #: when the probe's loop got round to it (client clock): past intended_ns by the loop's lateness;
+    #: from here to start_ns it waited for a concurrency slot
+    dispatched_ns: int | None = None
     end_ns: int = 0
     last_chunk_ns: int = 0
     token_ns: list[int] = field(default_factory=list)
@@ -132,6 +150,9 @@ class ProbeResult:
     #: the TCP handshake of the model-list request (client clock): with keep-alive, the first
     #: request reuses that connection, so at concurrency 1 it is the run's only RTT sample
     setup_connect: tuple[int, int] | None = None
+    #: the probe's own health: event-loop lag and CPU (None when not monitored)
+    loop: LoopStats | None = None
+    cpu_share: float | None = None
 
 
 def normalize_url(url: str, chat: bool | None) -> tuple[str, bool]:
@@ -191,6 +212,7 @@ class Prober:
         #: requests in flight, by index (what has arrived of them so far)
         self.live: dict[int, RequestResult] = {}
         self._t0 = time.monotonic()
+        self.monitor = LoopMonitor(client_now, on_window=self._on_loop_window)
 
     # -- the run ------------------------------------------------------------------------
     async def run(self) -> ProbeResult:
@@ -207,29 +229,46 @@ class Prober:
             self._open_trace(model)
             self._t0 = time.monotonic()
             sem = asyncio.Semaphore(cfg.concurrency)
-            rng = random.Random(cfg.seed + 1)
+            offsets = (arrival_offsets(len(prompts), cfg.rate, seed=cfg.seed + 1, burstiness=cfg.burstiness)
+                       if cfg.rate else None)
             progress = asyncio.ensure_future(self._progress()) if cfg.progress else None
+            monitor = asyncio.ensure_future(self.monitor.run())
             tasks = []
-            next_at = time.monotonic()
+            t0_ns = client_now()
             try:
                 for i, prompt in enumerate(prompts):
-                    if cfg.rate:
-                        next_at += rng.expovariate(cfg.rate)  # Poisson arrivals
-                        delay = next_at - time.monotonic()
+                    intended = None
+                    if offsets is not None:  # the schedule: each request's intended send time
+                        intended = t0_ns + int(offsets[i] * 1e9)
+                        delay = (intended - client_now()) / 1e9
                         if delay > 0:
                             await asyncio.sleep(delay)
-                    tasks.append(asyncio.ensure_future(self._guarded(client, sem, i, prompt, model)))
+                    tasks.append(asyncio.ensure_future(self._guarded(client, sem, i, prompt, model, intended)))
                 await asyncio.gather(*tasks)
             finally:
                 for t in tasks:
                     t.cancel()
+                monitor.cancel()
                 if progress is not None:
                     progress.cancel()
                     self._print_progress(final=True)
                 self._close_trace()
         wall = time.monotonic() - self._t0
         self.results.sort(key=lambda r: r.index)
-        return ProbeResult(cfg, self.base, model, self.chat, self.results, wall, cfg.out, self.setup_connect)
+        return ProbeResult(cfg, self.base, model, self.chat, self.results, wall, cfg.out, self.setup_connect,
+                           loop=self.monitor.stats, cpu_share=self.monitor.cpu_share())
+
+    def _on_loop_window(self, late_share: float, max_lag_ms: float) -> None:
+        """Warn (once) when the probe's own event loop falls behind: near the limit its figures
+        measure the client as much as the server."""
+        if late_share >= LAG_WARN_SHARE:
+            say_once("probe-loop-lag", f"the probe's event loop is lagging ({late_share * 100:.0f} % of wake-ups "
+                     f"later than {LAG_LIMIT_MS:g} ms, worst {max_lag_ms:.1f} ms): the probe is near what one "
+                     "process can drive; its latencies include its own delay (use fewer requests/s per probe, "
+                     "or several probes)")
+        if self.monitor.cpu_share() >= CPU_BOUND:
+            say_once("probe-cpu", "the probe process is using a whole CPU core: it is near what one process "
+                     "can drive, and sends and reads late")
 
     async def _first_model(self, client: Any) -> str:
         import httpx
@@ -264,10 +303,12 @@ class Prober:
         except (ValueError, KeyError, IndexError, TypeError, RecursionError) as e:
             raise BadInput(f"{url} did not list a model; pass --model NAME") from e
 
-    async def _guarded(self, client: Any, sem: asyncio.Semaphore, i: int, prompt: str, model: str) -> None:
+    async def _guarded(self, client: Any, sem: asyncio.Semaphore, i: int, prompt: str, model: str,
+                       intended_ns: int | None = None) -> None:
+        dispatched = client_now()
         async with sem:
             self.in_flight += 1
-            r = RequestResult(i, uuid.uuid4().hex, len(prompt))
+            r = RequestResult(i, uuid.uuid4().hex, len(prompt), intended_ns=intended_ns, dispatched_ns=dispatched)
             self.live[i] = r
             try:
                 await self._request(client, r, prompt, model)
@@ -351,7 +392,8 @@ class Prober:
         The first attempt is kept in ``retry``; whatever the second attempt gets is the outcome."""
         import httpx
 
-        fresh = RequestResult(r.index, r.request_id, r.prompt_chars)
+        fresh = RequestResult(r.index, r.request_id, r.prompt_chars, intended_ns=r.intended_ns,
+                              dispatched_ns=r.dispatched_ns)
         fresh.retry = (r.start_ns, r.end_ns, r.error or "connection closed before the response")
         one = httpx.Limits(max_connections=1, max_keepalive_connections=0)
         async with httpx.AsyncClient(limits=one, **self._client_args) as client:
@@ -362,7 +404,8 @@ class Prober:
 
     async def _again(self, client: Any, r: RequestResult, prompt: str, model: str) -> None:
         """Send request ``r`` once more as a fresh result, keeping its id and index."""
-        fresh = RequestResult(r.index, r.request_id, r.prompt_chars)
+        fresh = RequestResult(r.index, r.request_id, r.prompt_chars, intended_ns=r.intended_ns,
+                              dispatched_ns=r.dispatched_ns)
         await self._request(client, fresh, prompt, model)
         fresh.retry = fresh.retry or r.retry
         r.__dict__.update(fresh.__dict__)
@@ -435,7 +478,8 @@ class Prober:
                        "server": "estimated: the client clock; server spans are the server's reported "
                                  "durations placed by the symmetric-delay assumption"},
             "probe": {"url": self.base, "model": model, "endpoint": "chat" if self.chat else "completions",
-                      "n": c.n, "concurrency": c.concurrency, "rate": c.rate, "max_tokens": c.max_tokens,
+                      "n": c.n, "concurrency": c.concurrency, "rate": c.rate, "burstiness": c.burstiness,
+                      "max_tokens": c.max_tokens,
                       "prompt_tokens": None if c.prompt_file else c.prompt_tokens,
                       "prompt_file": str(c.prompt_file) if c.prompt_file else None, "seed": c.seed,
                       "traceparent": "trace-id = request id"},  # what merge joins a server's own ids on
@@ -452,6 +496,10 @@ class Prober:
 
     def _close_trace(self) -> None:
         if self.recorder is not None:
+            # the probe's own stalls, evidence for client-bound where a schedule could fall behind
+            for s0, s1 in (self.monitor.stats.stalls if self.cfg.rate else ()):
+                self.recorder.guard(self.recorder.add_span, "client.loop_lag", s0, s1, request_id="",
+                                    clock="client", where="probe trace")
             self.recorder.close()
 
 
@@ -494,6 +542,8 @@ def run_probe(cfg: ProbeConfig) -> ProbeResult:
         raise UsageError("-n, --concurrency, --max-tokens and --prompt-tokens must be >= 1")
     if cfg.rate is not None and cfg.rate <= 0:
         raise UsageError("--rate must be > 0 requests/s")
+    if not cfg.burstiness > 0:
+        raise UsageError("--burstiness must be > 0")
     prober = Prober(cfg)
     result = asyncio.run(prober.run())
     if not prober.models_listed and all(r.unreachable for r in result.results):

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 def write_request(rec: Any, r: RequestResult) -> None:
     """The rows of one probed request (see the module docstring for what is measured vs placed)."""
     rid = r.request_id
+    if r.intended_ns is not None and r.start_ns:
+        # waiting in the client (for a slot, or a late loop): e2e = client.queue + client.request
+        rec.add_span("client.queue", r.intended_ns, max(r.start_ns, r.intended_ns), request_id=rid, clock="client")
     if r.start_ns:
         rec.add_span("client.request", r.start_ns, max(r.end_ns, r.start_ns), request_id=rid, clock="client")
     if r.connect:
