@@ -194,6 +194,11 @@ REQUESTS = Table(
         _c("status", STR, "`ok` or `error`."),
         _c("error", STR, "Error message when status is `error`."),
         _c("prompt_chars", I64, "Prompt length, characters."),
+        _c("cached_prompt_tokens", I32, "Prompt tokens the server served from its prefix cache "
+           "(usage.prompt_tokens_details.cached_tokens), when it reports them."),
+        _c("reasoning_tokens", I32, "Output tokens the server marked as reasoning "
+           "(usage.completion_tokens_details.reasoning_tokens, else reasoning_content chunks); "
+           "included in output_tokens."),
     ),
 )
 

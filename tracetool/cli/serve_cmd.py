@@ -108,6 +108,9 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
               help="Prompts to send, one per line (cycled); replaces --prompt-tokens.")
 @click.option("--max-tokens", type=click.IntRange(1), default=32, show_default=True,
               help="max_tokens of each request.")
+@click.option("--tokenizer", type=click.Path(path_type=Path), default=None,
+              help="Local tokenizer (a model directory or tokenizer.json; never downloaded): prompt tokens "
+                   "where the server's usage gives none.")
 @click.option("--chat/--completions", "chat", default=None,
               help="Endpoint: /v1/chat/completions (default) or /v1/completions.")
 @click.option("--model", default=None, help="Model name (default: the first from GET /v1/models).")
@@ -125,7 +128,7 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @json_option
 def probe(url: str, n: int, concurrency: int, rate: float | None, burstiness: float, prompt_tokens: int,
-          prompt_file: Path | None, max_tokens: int, chat: bool | None, model: str | None,
+          prompt_file: Path | None, max_tokens: int, tokenizer: Path | None, chat: bool | None, model: str | None,
           api_key: str | None, timeout: float, ignore_eos: bool, no_usage: bool, seed: int,
           output: Path | None, force: bool, quiet: bool, as_json: bool) -> int:
     """Load-test an OpenAI-compatible endpoint and record what the client saw.
@@ -158,7 +161,7 @@ def probe(url: str, n: int, concurrency: int, rate: float | None, burstiness: fl
                       prompt_tokens=prompt_tokens,
                       prompt_file=prompt_file, max_tokens=max_tokens, chat=chat, model=model, api_key=api_key,
                       timeout_s=timeout, seed=seed, ignore_eos=ignore_eos, include_usage=not no_usage,
-                      out=output, progress=not quiet)
+                      out=output, progress=not quiet, tokenizer=tokenizer)
     with sigterm_as_ctrl_c():  # stopped early either way, the trace is closed first
         result = run_probe(cfg)
     report = probe_report(result)

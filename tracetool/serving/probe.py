@@ -54,6 +54,7 @@ from tracetool.serving.schedule import (
     arrival_offsets,
 )
 from tracetool.serving.sse import MalformedStream, SSEParser, parse_server_timing
+from tracetool.serving.tokens import load_tokenizer
 
 #: Most of an error body or model list read: enough for any message, bounded against endless bodies.
 MAX_BODY_BYTES = 1 << 20
@@ -89,6 +90,8 @@ class ProbeConfig:
     seed: int = 0
     ignore_eos: bool = False
     include_usage: bool = True
+    #: a local tokenizer (directory or tokenizer.json): prompt lengths where the server gives none
+    tokenizer: Path | None = None
     out: Path | None = None
     progress: bool = True
 
@@ -111,6 +114,14 @@ class RequestResult:
     token_ns: list[int] = field(default_factory=list)
     output_tokens: int | None = None
     prompt_tokens: int | None = None
+    #: prompt tokens the server served from its prefix cache (usage.prompt_tokens_details)
+    cached_prompt_tokens: int | None = None
+    #: reasoning tokens as the server's usage reports them (completion_tokens_details)
+    reasoning_tokens: int | None = None
+    #: chunks that carried reasoning_content (or reasoning): tokens, counted apart
+    reasoning_chunks: int = 0
+    #: the prompt's length by --tokenizer, for servers whose usage gives none
+    local_prompt_tokens: int | None = None
     http_status: int | None = None
     error: str | None = None
     connect: tuple[int, int] | None = None
@@ -213,6 +224,7 @@ class Prober:
         self.live: dict[int, RequestResult] = {}
         self._t0 = time.monotonic()
         self.monitor = LoopMonitor(client_now, on_window=self._on_loop_window)
+        self.tokenizer = load_tokenizer(cfg.tokenizer)
 
     # -- the run ------------------------------------------------------------------------
     async def run(self) -> ProbeResult:
@@ -309,6 +321,8 @@ class Prober:
         async with sem:
             self.in_flight += 1
             r = RequestResult(i, uuid.uuid4().hex, len(prompt), intended_ns=intended_ns, dispatched_ns=dispatched)
+            if self.tokenizer is not None:
+                r.local_prompt_tokens = self.tokenizer.count(prompt)
             self.live[i] = r
             try:
                 await self._request(client, r, prompt, model)
@@ -393,7 +407,7 @@ class Prober:
         import httpx
 
         fresh = RequestResult(r.index, r.request_id, r.prompt_chars, intended_ns=r.intended_ns,
-                              dispatched_ns=r.dispatched_ns)
+                              dispatched_ns=r.dispatched_ns, local_prompt_tokens=r.local_prompt_tokens)
         fresh.retry = (r.start_ns, r.end_ns, r.error or "connection closed before the response")
         one = httpx.Limits(max_connections=1, max_keepalive_connections=0)
         async with httpx.AsyncClient(limits=one, **self._client_args) as client:
@@ -405,7 +419,7 @@ class Prober:
     async def _again(self, client: Any, r: RequestResult, prompt: str, model: str) -> None:
         """Send request ``r`` once more as a fresh result, keeping its id and index."""
         fresh = RequestResult(r.index, r.request_id, r.prompt_chars, intended_ns=r.intended_ns,
-                              dispatched_ns=r.dispatched_ns)
+                              dispatched_ns=r.dispatched_ns, local_prompt_tokens=r.local_prompt_tokens)
         await self._request(client, fresh, prompt, model)
         fresh.retry = fresh.retry or r.retry
         r.__dict__.update(fresh.__dict__)
@@ -482,6 +496,7 @@ class Prober:
                       "max_tokens": c.max_tokens,
                       "prompt_tokens": None if c.prompt_file else c.prompt_tokens,
                       "prompt_file": str(c.prompt_file) if c.prompt_file else None, "seed": c.seed,
+                      "tokenizer": str(c.tokenizer) if c.tokenizer else None,
                       "traceparent": "trace-id = request id"},  # what merge joins a server's own ids on
         }
         self.recorder = Recorder(c.out, meta=meta, flush_interval_s=0.5).start()

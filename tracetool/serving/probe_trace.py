@@ -37,7 +37,7 @@ def write_request(rec: Any, r: RequestResult) -> None:
         _place_server_spans(rec, r, server_ns, one_way)
     elif server_ns is None and r.start_ns:
         _place_phases_only(rec, r)
-    prompt = r.prompt_tokens if r.prompt_tokens is not None else r.reported_prompt_tokens
+    prompt = prompt_tokens(r)
     for i, t in enumerate(r.token_ns):
         kv = prompt + i if prompt is not None else None
         rec.token(i, kv, t - one_way, client_recv_ns=t, request_id=rid)
@@ -45,7 +45,23 @@ def write_request(rec: Any, r: RequestResult) -> None:
     if outputs is None and r.reached:
         outputs = len(r.token_ns)
     rec.request_info(rid, prompt_tokens=prompt, output_tokens=outputs,
-                     status="ok" if r.ok else "error", error=r.error, prompt_chars=r.prompt_chars)
+                     status="ok" if r.ok else "error", error=r.error, prompt_chars=r.prompt_chars,
+                     cached_prompt_tokens=r.cached_prompt_tokens, reasoning_tokens=reasoning_tokens(r))
+
+
+def prompt_tokens(r: RequestResult) -> int | None:
+    """The server's count (usage, else its timings), else --tokenizer's: what the server says wins."""
+    for n in (r.prompt_tokens, r.reported_prompt_tokens, r.local_prompt_tokens):
+        if n is not None:
+            return n
+    return None
+
+
+def reasoning_tokens(r: RequestResult) -> int | None:
+    """The server's reasoning count where its usage gives one, else the reasoning chunks (None without any)."""
+    if r.reasoning_tokens is not None:
+        return r.reasoning_tokens
+    return r.reasoning_chunks or None
 
 
 _BEFORE_FIRST_TOKEN = ("preprocess", "tokenize", "queue", "prefill")

@@ -63,6 +63,7 @@ def probe_report(result: ProbeResult) -> dict[str, Any]:
         "request_throughput": len(ok) / result.wall_s if result.wall_s > 0 else None,
         "output_token_throughput": out_tokens / result.wall_s if result.wall_s > 0 else None,
         "output_tokens": out_tokens,
+        "tokens": token_counts(ok),
         "metrics": metrics,
         "errors": [{"error": e, "count": c} for e, c in errors.most_common(10)],
         "retried": sum(1 for r in rs if r.retry),
@@ -81,6 +82,14 @@ def print_probe_report(rep: dict[str, Any]) -> None:
         line += (f"; {rep['request_throughput']:.2f} req/s, "
                  f"{rep['output_token_throughput']:.1f} output tok/s aggregate")
     print(line)
+    tok = rep.get("tokens") or {}
+    if tok.get("prompt") is not None:
+        said = f"prompt tokens: {tok['prompt']:,} ({', '.join(f'{k} {v}' for k, v in tok['prompt_sources'].items())})"
+        if tok.get("cached_prompt") is not None:
+            said += f", {tok['cached_prompt']:,} from the server's prefix cache"
+        if tok.get("reasoning") is not None:
+            said += f"; reasoning tokens: {tok['reasoning']:,} of the output"
+        print(said)
     rows = {k: v for k, v in rep["metrics"].items() if v["n"]}
     for ln in format_table(rows, LABELS):
         print(ln)
@@ -103,6 +112,21 @@ def print_probe_report(rep: dict[str, Any]) -> None:
               "sent again once on a new connection")
     for e in rep["errors"]:
         print(f"failed x{e['count']}: {e['error']}")
+
+
+def token_counts(ok: list[Any]) -> dict[str, Any]:
+    """Totals over successful requests, and where the prompt counts came from: the server's
+    ``usage`` (or its timings), ``--tokenizer``, or nowhere. Cached and reasoning tokens are the
+    server's (null when it reports none); reasoning falls back to the reasoning chunks seen."""
+    from tracetool.serving.probe_trace import prompt_tokens, reasoning_tokens
+
+    sources = Counter("server" if r.prompt_tokens is not None or r.reported_prompt_tokens is not None
+                      else "tokenizer" if r.local_prompt_tokens is not None else "unknown" for r in ok)
+    prompts = [n for r in ok if (n := prompt_tokens(r)) is not None]
+    cached = [r.cached_prompt_tokens for r in ok if r.cached_prompt_tokens is not None]
+    reasoning = [n for r in ok if (n := reasoning_tokens(r)) is not None]
+    return {"prompt": sum(prompts) if prompts else None, "prompt_sources": dict(sources.most_common()),
+            "cached_prompt": sum(cached) if cached else None, "reasoning": sum(reasoning) if reasoning else None}
 
 
 def client_health(result: ProbeResult) -> dict[str, Any]:
