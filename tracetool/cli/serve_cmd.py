@@ -93,8 +93,9 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
 # -- probe -------------------------------------------------------------------------------------------
 @click.command()
 @click.argument("url")
-@click.option("-n", "--requests", "n", type=click.IntRange(1), default=16, show_default=True,
-              help="Requests to send.")
+@click.option("-n", "--requests", "n", type=click.IntRange(1), default=None,
+              help="Requests to send (conversations with --turns); default 16, or every prompt of "
+                   "--dataset / line of --replay.")
 @click.option("--concurrency", type=click.IntRange(1), default=4, show_default=True,
               help="Requests in flight at most.")
 @click.option("--rate", type=click.FloatRange(0, min_open=True), default=None,
@@ -106,6 +107,21 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
               help="Approximate prompt length: this many random common words (~1 token each).")
 @click.option("--prompt-file", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Prompts to send, one per line (cycled); replaces --prompt-tokens.")
+@click.option("--dataset", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Prompts from a file: ShareGPT JSON, JSONL (prompt or messages per line) or plain text, "
+                   "one prompt per line (docs/workloads.md).")
+@click.option("--replay", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Replay a timestamped trace: vLLM timed-trace or Mooncake JSONL (docs/workloads.md).")
+@click.option("--time-scale", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True,
+              help="With --replay: multiply the file's gaps by this (0.5 = twice as fast).")
+@click.option("--input-len", default=None, metavar="N[:STD]",
+              help="Synthetic prompts of N tokens (normal with STD), exact with --tokenizer, else approximate.")
+@click.option("--output-len", default=None, metavar="N[:STD]",
+              help="max_tokens per request drawn as N tokens (normal with STD); replaces --max-tokens.")
+@click.option("--prefix-len", type=click.IntRange(0), default=0, show_default=True,
+              help="Put one shared N-token prefix before every prompt (exercises prefix caches).")
+@click.option("--turns", type=click.IntRange(1), default=1, show_default=True,
+              help="Multi-turn: each request starts a conversation of K turns carrying its history (chat).")
 @click.option("--max-tokens", type=click.IntRange(1), default=32, show_default=True,
               help="max_tokens of each request.")
 @click.option("--tokenizer", type=click.Path(path_type=Path), default=None,
@@ -128,7 +144,9 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @json_option
 def probe(url: str, n: int, concurrency: int, rate: float | None, burstiness: float, prompt_tokens: int,
-          prompt_file: Path | None, max_tokens: int, tokenizer: Path | None, chat: bool | None, model: str | None,
+          prompt_file: Path | None, dataset: Path | None, replay: Path | None, time_scale: float,
+          input_len: str | None, output_len: str | None, prefix_len: int, turns: int,
+          max_tokens: int, tokenizer: Path | None, chat: bool | None, model: str | None,
           api_key: str | None, timeout: float, ignore_eos: bool, no_usage: bool, seed: int,
           output: Path | None, force: bool, quiet: bool, as_json: bool) -> int:
     """Load-test an OpenAI-compatible endpoint and record what the client saw.
@@ -136,6 +154,8 @@ def probe(url: str, n: int, concurrency: int, rate: float | None, burstiness: fl
     \b
         tracetool probe http://127.0.0.1:8000 -n 64 --concurrency 8 -o client-trace
         tracetool probe https://host/v1 --model m --rate 2 --prompt-tokens 512 --max-tokens 128
+        tracetool probe URL --dataset sharegpt.json -n 200 --rate 4 --tokenizer /models/llama
+        tracetool probe URL --replay mooncake.jsonl --time-scale 0.5 -o trace
 
     Works with vLLM, SGLang, TGI, llama.cpp server or tracetool serve. Streams
     each request, sends its id as X-Request-ID (and traceparent), and prints
@@ -154,6 +174,7 @@ def probe(url: str, n: int, concurrency: int, rate: float | None, burstiness: fl
     from tracetool.serving.probe import ProbeConfig, run_probe
     from tracetool.serving.report import print_probe_report, probe_report
     from tracetool.serving.runner import check_out
+    from tracetool.serving.workloads import parse_len
 
     if output is not None:
         check_out(output, force)
@@ -161,7 +182,10 @@ def probe(url: str, n: int, concurrency: int, rate: float | None, burstiness: fl
                       prompt_tokens=prompt_tokens,
                       prompt_file=prompt_file, max_tokens=max_tokens, chat=chat, model=model, api_key=api_key,
                       timeout_s=timeout, seed=seed, ignore_eos=ignore_eos, include_usage=not no_usage,
-                      out=output, progress=not quiet, tokenizer=tokenizer)
+                      out=output, progress=not quiet, tokenizer=tokenizer, dataset=dataset, replay=replay,
+                      time_scale=time_scale, prefix_len=prefix_len, turns=turns,
+                      input_len=parse_len(input_len, "--input-len") if input_len else None,
+                      output_len=parse_len(output_len, "--output-len") if output_len else None)
     with sigterm_as_ctrl_c():  # stopped early either way, the trace is closed first
         result = run_probe(cfg)
     report = probe_report(result)

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import sys
 import time
 import uuid
@@ -44,6 +43,7 @@ from typing import Any
 from tracetool.errors import BadInput, UsageError
 from tracetool.notices import say_once
 from tracetool.serving import probe_events, server_timings
+from tracetool.serving.probe_http import _error_message, _one_line, _read_capped, _rejected_field
 from tracetool.serving.probe_trace import write_request
 from tracetool.serving.schedule import (
     CPU_BOUND,
@@ -55,6 +55,17 @@ from tracetool.serving.schedule import (
 )
 from tracetool.serving.sse import MalformedStream, SSEParser, parse_server_timing
 from tracetool.serving.tokens import load_tokenizer
+from tracetool.serving.workloads import (
+    WORDS as WORDS,  # re-exported: the words of synthetic prompts
+)
+from tracetool.serving.workloads import (
+    Job,
+    Turn,
+    WorkloadSpec,
+    build_jobs,
+    length_basis,
+    prompt_text,
+)
 
 #: Most of an error body or model list read: enough for any message, bounded against endless bodies.
 MAX_BODY_BYTES = 1 << 20
@@ -67,7 +78,6 @@ def client_now() -> int:
     return time.perf_counter_ns() + _EPOCH0
 
 
-WORDS = tuple(["time", "year", "people", "way", "day", "man", "thing", "woman", "life", "child", "world", "school", "state", "family", "student", "group", "country", "problem", "hand", "part", "place", "case", "week", "company", "system", "program", "question", "work", "government", "number", "night", "point", "home", "water", "room", "mother", "area", "money", "story", "fact", "month", "lot", "right", "study", "book", "eye", "job", "word", "business", "issue", "side", "kind", "head", "house", "service", "friend", "father", "power", "hour", "game", "line", "end", "member", "law", "car", "city", "community", "name", "president", "team", "minute", "idea", "kid", "body", "information", "back", "parent", "face", "others", "level", "office", "door", "health", "person", "art", "war", "history", "party", "result", "change", "morning", "reason", "research", "girl", "guy", "moment", "air", "teacher", "force", "education", "river", "light", "music", "market", "paper", "garden", "window", "table", "stone", "bridge", "signal", "summer", "winter", "letter", "picture", "village", "engine", "answer"])
 
 
 @dataclass
@@ -75,7 +85,8 @@ class ProbeConfig:
     """What to send. See ``tracetool probe --help`` for each option."""
 
     url: str
-    n: int = 16
+    #: requests (conversations with --turns); None: 16, or every prompt of --dataset / --replay
+    n: int | None = None
     concurrency: int = 4
     rate: float | None = None
     #: shape of the gamma-distributed gaps between arrivals (1 = Poisson, inf = evenly spaced)
@@ -92,6 +103,14 @@ class ProbeConfig:
     include_usage: bool = True
     #: a local tokenizer (directory or tokenizer.json): prompt lengths where the server gives none
     tokenizer: Path | None = None
+    #: the workload: a dataset, a replay, synthetic lengths (tracetool.serving.workloads)
+    dataset: Path | None = None
+    replay: Path | None = None
+    time_scale: float = 1.0
+    input_len: tuple[int, float] | None = None
+    output_len: tuple[int, float] | None = None
+    prefix_len: int = 0
+    turns: int = 1
     out: Path | None = None
     progress: bool = True
 
@@ -122,6 +141,9 @@ class RequestResult:
     reasoning_chunks: int = 0
     #: the prompt's length by --tokenizer, for servers whose usage gives none
     local_prompt_tokens: int | None = None
+    #: keep the answer's text (a turn whose answer the next turn carries as history)
+    keep_text: bool = False
+    text: list[str] = field(default_factory=list)
     http_status: int | None = None
     error: str | None = None
     connect: tuple[int, int] | None = None
@@ -185,22 +207,6 @@ def normalize_url(url: str, chat: bool | None) -> tuple[str, bool]:
     return u, True if chat is None else chat
 
 
-def make_prompts(cfg: ProbeConfig) -> list[str]:
-    """``n`` prompts: lines of ``--prompt-file`` (cycled), else seeded random common words."""
-    if cfg.prompt_file is not None:
-        try:
-            lines = [ln.strip() for ln in Path(cfg.prompt_file).read_text(encoding="utf-8").splitlines()]
-        except (OSError, UnicodeDecodeError) as e:
-            raise BadInput(f"{cfg.prompt_file}: cannot read prompts ({e})") from e
-        lines = [ln for ln in lines if ln]
-        if not lines:
-            raise BadInput(f"{cfg.prompt_file}: no prompts (one per line)")
-        return [lines[i % len(lines)] for i in range(cfg.n)]
-    rng = random.Random(cfg.seed)
-    # about one token per common word (with its leading space) in BPE tokenizers
-    return [" ".join(rng.choice(WORDS) for _ in range(max(1, cfg.prompt_tokens))) for _ in range(cfg.n)]
-
-
 class Prober:
     """Runs one probe: schedules requests, streams them, records them."""
 
@@ -225,13 +231,19 @@ class Prober:
         self._t0 = time.monotonic()
         self.monitor = LoopMonitor(client_now, on_window=self._on_loop_window)
         self.tokenizer = load_tokenizer(cfg.tokenizer)
+        #: every file is read and checked here, before anything is sent
+        self.jobs = build_jobs(WorkloadSpec(
+            n=cfg.n, prompt_tokens=cfg.prompt_tokens, prompt_file=cfg.prompt_file, dataset=cfg.dataset,
+            replay=cfg.replay, time_scale=cfg.time_scale, input_len=cfg.input_len, output_len=cfg.output_len,
+            prefix_len=cfg.prefix_len, turns=cfg.turns, seed=cfg.seed), self.tokenizer)
+        self.total = sum(len(j.turns) for j in self.jobs)
 
     # -- the run ------------------------------------------------------------------------
     async def run(self) -> ProbeResult:
         import httpx
 
         cfg = self.cfg
-        prompts = make_prompts(cfg)
+        jobs = self.jobs
         limits = httpx.Limits(max_connections=cfg.concurrency, max_keepalive_connections=cfg.concurrency)
         timeout = httpx.Timeout(cfg.timeout_s, connect=min(cfg.timeout_s, 10.0))
         headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
@@ -241,21 +253,25 @@ class Prober:
             self._open_trace(model)
             self._t0 = time.monotonic()
             sem = asyncio.Semaphore(cfg.concurrency)
-            offsets = (arrival_offsets(len(prompts), cfg.rate, seed=cfg.seed + 1, burstiness=cfg.burstiness)
+            offsets = ([j.at or 0.0 for j in jobs] if cfg.replay is not None else
+                       arrival_offsets(len(jobs), cfg.rate, seed=cfg.seed + 1, burstiness=cfg.burstiness)
                        if cfg.rate else None)
+            self.scheduled = offsets is not None
             progress = asyncio.ensure_future(self._progress()) if cfg.progress else None
             monitor = asyncio.ensure_future(self.monitor.run())
             tasks = []
             t0_ns = client_now()
             try:
-                for i, prompt in enumerate(prompts):
+                first = 0  # request index of each conversation's first turn
+                for i, job in enumerate(jobs):
                     intended = None
                     if offsets is not None:  # the schedule: each request's intended send time
                         intended = t0_ns + int(offsets[i] * 1e9)
                         delay = (intended - client_now()) / 1e9
                         if delay > 0:
                             await asyncio.sleep(delay)
-                    tasks.append(asyncio.ensure_future(self._guarded(client, sem, i, prompt, model, intended)))
+                    tasks.append(asyncio.ensure_future(self._conversation(client, sem, first, job, model, intended)))
+                    first += len(job.turns)
                 await asyncio.gather(*tasks)
             finally:
                 for t in tasks:
@@ -315,14 +331,34 @@ class Prober:
         except (ValueError, KeyError, IndexError, TypeError, RecursionError) as e:
             raise BadInput(f"{url} did not list a model; pass --model NAME") from e
 
-    async def _guarded(self, client: Any, sem: asyncio.Semaphore, i: int, prompt: str, model: str,
-                       intended_ns: int | None = None) -> None:
+    async def _conversation(self, client: Any, sem: asyncio.Semaphore, first: int, job: Job, model: str,
+                            intended_ns: int | None) -> None:
+        """A job's turns one after another, each carrying the history (user turns and the answers
+        received). A later turn is due when the answer before it ended; a failed turn ends it."""
+        history: list[dict[str, Any]] = []
+        for k, turn in enumerate(job.turns):
+            if turn.messages is not None or not self.chat:
+                ask = turn
+            else:
+                ask = Turn(messages=[*history, {"role": "user", "content": turn.text or ""}],
+                           max_tokens=turn.max_tokens, source=turn.source)
+            r = await self._guarded(client, sem, first + k, ask, model, intended_ns,
+                                    keep_text=k < len(job.turns) - 1)
+            if not r.ok:
+                return
+            history = [*(ask.messages or []), {"role": "assistant", "content": "".join(r.text)}]
+            intended_ns = r.end_ns if self.scheduled else None
+
+    async def _guarded(self, client: Any, sem: asyncio.Semaphore, i: int, prompt: Turn, model: str,
+                       intended_ns: int | None = None, keep_text: bool = False) -> RequestResult:
         dispatched = client_now()
         async with sem:
             self.in_flight += 1
-            r = RequestResult(i, uuid.uuid4().hex, len(prompt), intended_ns=intended_ns, dispatched_ns=dispatched)
+            text = prompt_text(prompt)
+            r = RequestResult(i, uuid.uuid4().hex, len(text), intended_ns=intended_ns, dispatched_ns=dispatched,
+                              keep_text=keep_text)
             if self.tokenizer is not None:
-                r.local_prompt_tokens = self.tokenizer.count(prompt)
+                r.local_prompt_tokens = self.tokenizer.count(text)
             self.live[i] = r
             try:
                 await self._request(client, r, prompt, model)
@@ -333,20 +369,23 @@ class Prober:
                 self.failed += 0 if r.ok else 1
                 self.results.append(r)
                 self._record(r)
+        return r
 
     # -- one request ---------------------------------------------------------------------
-    def _body(self, prompt: str, model: str) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": model, "max_tokens": self.cfg.max_tokens, "stream": True}
+    def _body(self, prompt: Turn, model: str) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": model, "max_tokens": prompt.max_tokens or self.cfg.max_tokens,
+                                "stream": True}
         if self.chat:
-            body["messages"] = [{"role": "user", "content": prompt}]
+            body["messages"] = (prompt.messages if prompt.messages is not None
+                                else [{"role": "user", "content": prompt.text or ""}])
         else:
-            body["prompt"] = prompt
+            body["prompt"] = prompt_text(prompt)
         body.update(self.optional)
         if self.cfg.ignore_eos:
             body["ignore_eos"] = True
         return body
 
-    async def _request(self, client: Any, r: RequestResult, prompt: str, model: str) -> None:
+    async def _request(self, client: Any, r: RequestResult, prompt: Turn, model: str) -> None:
         import httpx
 
         url = f"{self.base}/chat/completions" if self.chat else f"{self.base}/completions"
@@ -399,7 +438,7 @@ class Prober:
                      + (" (token counts are content chunks)" if rejected == "stream_options" else ""))
             await self._again(client, r, prompt, model)
 
-    async def _retry_fresh(self, r: RequestResult, prompt: str, model: str) -> None:
+    async def _retry_fresh(self, r: RequestResult, prompt: Turn, model: str) -> None:
         """Send ``r`` again, once, on a connection of its own, after a pooled connection was closed
         before any response byte: the server never saw the request (llama.cpp's llama-server closes
         a connection after each stream, and the pool may hand out that connection before it notices).
@@ -407,7 +446,8 @@ class Prober:
         import httpx
 
         fresh = RequestResult(r.index, r.request_id, r.prompt_chars, intended_ns=r.intended_ns,
-                              dispatched_ns=r.dispatched_ns, local_prompt_tokens=r.local_prompt_tokens)
+                              dispatched_ns=r.dispatched_ns, local_prompt_tokens=r.local_prompt_tokens,
+                              keep_text=r.keep_text)
         fresh.retry = (r.start_ns, r.end_ns, r.error or "connection closed before the response")
         one = httpx.Limits(max_connections=1, max_keepalive_connections=0)
         async with httpx.AsyncClient(limits=one, **self._client_args) as client:
@@ -416,10 +456,11 @@ class Prober:
             fresh.error = (fresh.error + " (sent again on a new connection)")[:500]
         r.__dict__.update(fresh.__dict__)
 
-    async def _again(self, client: Any, r: RequestResult, prompt: str, model: str) -> None:
+    async def _again(self, client: Any, r: RequestResult, prompt: Turn, model: str) -> None:
         """Send request ``r`` once more as a fresh result, keeping its id and index."""
         fresh = RequestResult(r.index, r.request_id, r.prompt_chars, intended_ns=r.intended_ns,
-                              dispatched_ns=r.dispatched_ns, local_prompt_tokens=r.local_prompt_tokens)
+                              dispatched_ns=r.dispatched_ns, local_prompt_tokens=r.local_prompt_tokens,
+                              keep_text=r.keep_text)
         await self._request(client, fresh, prompt, model)
         fresh.retry = fresh.retry or r.retry
         r.__dict__.update(fresh.__dict__)
@@ -468,7 +509,7 @@ class Prober:
 
     def _print_progress(self, final: bool = False) -> None:
         tty = sys.stderr.isatty()
-        line = (f"probe: {self.finished}/{self.cfg.n} done, {self.failed} failed, "
+        line = (f"probe: {self.finished}/{self.total} done, {self.failed} failed, "
                 f"{self.in_flight} in flight, {time.monotonic() - self._t0:.1f} s")
         try:
             if tty:
@@ -492,9 +533,10 @@ class Prober:
                        "server": "estimated: the client clock; server spans are the server's reported "
                                  "durations placed by the symmetric-delay assumption"},
             "probe": {"url": self.base, "model": model, "endpoint": "chat" if self.chat else "completions",
-                      "n": c.n, "concurrency": c.concurrency, "rate": c.rate, "burstiness": c.burstiness,
+                      "n": self.total, "concurrency": c.concurrency, "rate": c.rate, "burstiness": c.burstiness,
                       "max_tokens": c.max_tokens,
-                      "prompt_tokens": None if c.prompt_file else c.prompt_tokens,
+                      "prompt_tokens": None if c.prompt_file or c.dataset or c.replay else c.prompt_tokens,
+                      "workload": self._workload_meta(),
                       "prompt_file": str(c.prompt_file) if c.prompt_file else None, "seed": c.seed,
                       "tokenizer": str(c.tokenizer) if c.tokenizer else None,
                       "traceparent": "trace-id = request id"},  # what merge joins a server's own ids on
@@ -504,6 +546,15 @@ class Prober:
         if self.setup_connect is not None:  # an RTT sample of no request (request_id "")
             self.recorder.guard(self.recorder.add_span, "client.connect", *self.setup_connect, request_id="",
                                 clock="client", where="probe trace")
+
+    def _workload_meta(self) -> dict[str, Any]:
+        c = self.cfg
+        source = "replay" if c.replay else "dataset" if c.dataset or c.prompt_file else "synthetic"
+        synthetic_lengths = source == "replay" or (source == "synthetic") or bool(c.prefix_len) or c.turns > 1
+        return {"source": source, "file": str(c.replay or c.dataset or c.prompt_file or "") or None,
+                "time_scale": c.time_scale if c.replay else None, "input_len": c.input_len, "output_len": c.output_len,
+                "prefix_len": c.prefix_len, "turns": c.turns, "conversations": len(self.jobs),
+                "lengths": length_basis(self.tokenizer) if synthetic_lengths else None}
 
     def _record(self, r: RequestResult) -> None:
         if self.recorder is not None:
@@ -518,43 +569,18 @@ class Prober:
             self.recorder.close()
 
 
-async def _read_capped(resp: Any, limit: int) -> bytes:
-    """At most ``limit`` bytes of a response body (an error page or model list, never endless)."""
-    parts: list[bytes] = []
-    n = 0
-    async for part in resp.aiter_bytes():
-        parts.append(part)
-        n += len(part)
-        if n >= limit:
-            break
-    return b"".join(parts)[:limit]
-
-
-def _rejected_field(r: RequestResult, optional: dict[str, Any]) -> str | None:
-    """The optional field a server's HTTP 400/422 names, when the request got nothing else."""
-    if r.http_status not in (400, 422) or not r.error or r.token_ns:
-        return None
-    return next((k for k in optional if k in r.error), None)
-
-
-def _error_message(raw: bytes) -> str:
-    try:
-        obj = json.loads(raw)
-        err = obj.get("error", obj) if isinstance(obj, dict) else obj
-        msg = err.get("message") if isinstance(err, dict) else err
-        return str(msg)[:200] if msg else raw[:200].decode("utf-8", "replace")
-    except (ValueError, RecursionError):
-        return " ".join(raw[:200].decode("utf-8", "replace").split()) or "(empty body)"
-
-
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split()) or type(e).__name__
-
-
 def run_probe(cfg: ProbeConfig) -> ProbeResult:
     """Run a probe to completion (blocking). Raises BadInput when the server cannot be reached."""
-    if cfg.n < 1 or cfg.concurrency < 1 or cfg.max_tokens < 1 or cfg.prompt_tokens < 1:
+    if (cfg.n is not None and cfg.n < 1) or cfg.concurrency < 1 or cfg.max_tokens < 1 or cfg.prompt_tokens < 1:
         raise UsageError("-n, --concurrency, --max-tokens and --prompt-tokens must be >= 1")
+    if cfg.turns < 1 or cfg.prefix_len < 0 or not cfg.time_scale > 0:
+        raise UsageError("--turns must be >= 1, --prefix-len >= 0 and --time-scale > 0")
+    if sum(x is not None for x in (cfg.dataset, cfg.replay, cfg.prompt_file)) > 1:
+        raise UsageError("pick one of --dataset, --replay and --prompt-file")
+    if cfg.replay is not None and cfg.rate is not None:
+        raise UsageError("--replay keeps the file's timestamps; --rate does not apply")
+    if cfg.turns > 1 and cfg.chat is False:
+        raise UsageError("--turns needs the chat endpoint (conversations carry messages)")
     if cfg.rate is not None and cfg.rate <= 0:
         raise UsageError("--rate must be > 0 requests/s")
     if not cfg.burstiness > 0:

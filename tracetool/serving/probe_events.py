@@ -64,6 +64,9 @@ def on_event(r: RequestResult, data: str, t: int) -> None:
             kind = _content_kind(c0)
             if kind is not None:
                 r.token_ns.append(t)
+                if r.keep_text and kind == "content":
+                    delta = c0.get("delta")
+                    r.text.append(str((delta.get("content") if isinstance(delta, dict) else c0.get("text")) or ""))
                 if kind == "reasoning":
                     r.reasoning_chunks += 1
             if c0.get("finish_reason"):
