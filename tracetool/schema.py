@@ -34,6 +34,8 @@ CLOCKS = ("server", "client")
 #: by the analyzers unless they start with one of these).
 CLIENT_REQUEST = "client.request"
 SERVER_REQUEST = "server.request"
+#: A load client's wait between a request's intended send time and its send (tracetool probe --rate).
+CLIENT_QUEUE = "client.queue"
 PHASES = ("tokenize", "queue", "preprocess", "prefill", "decode", "detokenize", "postprocess")
 #: Components of the attribution rule, in the order they happen.
 COMPONENTS = ("client_queue", "network", "queue", "tokenize", "preprocess", "prefill", "decode",

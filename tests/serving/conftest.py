@@ -80,7 +80,7 @@ def word_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
     are then easy to compute by hand: the number of words."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    from tracetool.serving.probe import WORDS
+    from tracetool.serving.workloads import WORDS
 
     tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()

@@ -96,10 +96,21 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
 @click.option("-n", "--requests", "n", type=click.IntRange(1), default=None,
               help="Requests to send (conversations with --turns); default 16, or every prompt of "
                    "--dataset / line of --replay.")
-@click.option("--concurrency", type=click.IntRange(1), default=4, show_default=True,
-              help="Requests in flight at most.")
-@click.option("--rate", type=click.FloatRange(0, min_open=True), default=None,
-              help="Poisson arrivals at this many requests/s (default: as fast as --concurrency allows).")
+@click.option("--concurrency", default="4", show_default=True, metavar="C[,C...]",
+              help="Requests in flight at most; a list (1,4,16) sweeps them, one run each into OUT/<level>.")
+@click.option("--rate", default=None, metavar="R[,R...]",
+              help="Poisson arrivals at this many requests/s, latency counted from each intended send time "
+                   "(default: as fast as --concurrency allows); a list (1,2,4) sweeps them.")
+@click.option("--duration", "duration_s", type=click.FloatRange(0, min_open=True), default=None,
+              help="Send for this many seconds (with --rate: every arrival within it; else closed loop).")
+@click.option("--warmup", "warmup_s", type=click.FloatRange(0), default=0.0, show_default=True,
+              help="Requests due in the first S seconds are warm-up: recorded in OUT/warmup, left out of "
+                   "the figures and the analysis.")
+@click.option("--ramp", "ramp_s", type=click.FloatRange(0), default=0.0, show_default=True,
+              help="With --rate: ramp the arrival rate linearly from 0 over the first S seconds.")
+@click.option("--slo", default=None, metavar="KEY=MS,...",
+              help="Service-level objectives (ttft_ms, tpot_ms, itl_ms, e2e_ms; attainment=0.99): goodput, "
+                   "attainment, and in a sweep the highest level that meets them.")
 @click.option("--burstiness", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True,
               help="With --rate: shape of the gamma-distributed gaps between arrivals (1 = Poisson, "
                    "as vLLM's; inf = evenly spaced; below 1 burstier).")
@@ -143,7 +154,8 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
 @click.option("--force", is_flag=True, help="Replace the trace in a non-empty output directory.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @json_option
-def probe(url: str, n: int, concurrency: int, rate: float | None, burstiness: float, prompt_tokens: int,
+def probe(url: str, n: int, concurrency: str, rate: str | None, duration_s: float | None, warmup_s: float,
+          ramp_s: float, slo: str | None, burstiness: float, prompt_tokens: int,
           prompt_file: Path | None, dataset: Path | None, replay: Path | None, time_scale: float,
           input_len: str | None, output_len: str | None, prefix_len: int, turns: int,
           max_tokens: int, tokenizer: Path | None, chat: bool | None, model: str | None,
@@ -174,11 +186,19 @@ def probe(url: str, n: int, concurrency: int, rate: float | None, burstiness: fl
     from tracetool.serving.probe import ProbeConfig, run_probe
     from tracetool.serving.report import print_probe_report, probe_report
     from tracetool.serving.runner import check_out
+    from tracetool.serving.sweep import parse_levels, print_sweep, run_sweep
     from tracetool.serving.workloads import parse_len
+    from tracetool.slo import parse_slo
 
+    slo_spec = parse_slo(slo)
+    conc = parse_levels(concurrency, "--concurrency", integer=True)
+    rates = parse_levels(rate, "--rate", integer=False) if rate is not None else None
+    if len(conc) > 1 and rates is not None and len(rates) > 1:
+        raise UsageError("sweep one of --concurrency and --rate, not both")
     if output is not None:
         check_out(output, force)
-    cfg = ProbeConfig(url=url, n=n, concurrency=concurrency, rate=rate, burstiness=burstiness,
+    cfg = ProbeConfig(url=url, n=n, concurrency=int(conc[0]), rate=rates[0] if rates else None,
+                      burstiness=burstiness, duration_s=duration_s, warmup_s=warmup_s, ramp_s=ramp_s,
                       prompt_tokens=prompt_tokens,
                       prompt_file=prompt_file, max_tokens=max_tokens, chat=chat, model=model, api_key=api_key,
                       timeout_s=timeout, seed=seed, ignore_eos=ignore_eos, include_usage=not no_usage,
@@ -186,9 +206,18 @@ def probe(url: str, n: int, concurrency: int, rate: float | None, burstiness: fl
                       time_scale=time_scale, prefix_len=prefix_len, turns=turns,
                       input_len=parse_len(input_len, "--input-len") if input_len else None,
                       output_len=parse_len(output_len, "--output-len") if output_len else None)
+    if len(conc) > 1 or (rates is not None and len(rates) > 1):
+        axis, levels = ("concurrency", conc) if len(conc) > 1 else ("rate", rates or [])
+        with sigterm_as_ctrl_c():
+            doc = run_sweep(cfg, axis, levels, slo_spec)
+        if as_json:
+            emit_json(doc)
+        else:
+            print_sweep(doc)
+        return 0
     with sigterm_as_ctrl_c():  # stopped early either way, the trace is closed first
         result = run_probe(cfg)
-    report = probe_report(result)
+    report = probe_report(result, slo=slo_spec)
     if as_json:
         emit_json(report)
     else:

@@ -33,10 +33,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +43,7 @@ from tracetool.errors import BadInput, UsageError
 from tracetool.notices import say_once
 from tracetool.serving import probe_events, server_timings
 from tracetool.serving.probe_http import _error_message, _one_line, _read_capped, _rejected_field
-from tracetool.serving.probe_trace import write_request
+from tracetool.serving.probe_trace import ProbeTraces, probe_meta
 from tracetool.serving.schedule import (
     CPU_BOUND,
     LAG_LIMIT_MS,
@@ -52,20 +51,12 @@ from tracetool.serving.schedule import (
     LoopMonitor,
     LoopStats,
     arrival_offsets,
+    print_progress,
+    progress_loop,
 )
 from tracetool.serving.sse import MalformedStream, SSEParser, parse_server_timing
 from tracetool.serving.tokens import load_tokenizer
-from tracetool.serving.workloads import (
-    WORDS as WORDS,  # re-exported: the words of synthetic prompts
-)
-from tracetool.serving.workloads import (
-    Job,
-    Turn,
-    WorkloadSpec,
-    build_jobs,
-    length_basis,
-    prompt_text,
-)
+from tracetool.serving.workloads import Job, Turn, WorkloadSpec, build_jobs, prompt_text
 
 #: Most of an error body or model list read: enough for any message, bounded against endless bodies.
 MAX_BODY_BYTES = 1 << 20
@@ -111,6 +102,10 @@ class ProbeConfig:
     output_len: tuple[int, float] | None = None
     prefix_len: int = 0
     turns: int = 1
+    #: the run's shape: how long (s), the warm-up excluded from the figures (s), the rate's ramp (s)
+    duration_s: float | None = None
+    warmup_s: float = 0.0
+    ramp_s: float = 0.0
     out: Path | None = None
     progress: bool = True
 
@@ -141,6 +136,8 @@ class RequestResult:
     reasoning_chunks: int = 0
     #: the prompt's length by --tokenizer, for servers whose usage gives none
     local_prompt_tokens: int | None = None
+    #: due within --warmup: recorded in OUT/warmup, left out of the report and the analysis
+    warmup: bool = False
     #: keep the answer's text (a turn whose answer the next turn carries as history)
     keep_text: bool = False
     text: list[str] = field(default_factory=list)
@@ -232,18 +229,21 @@ class Prober:
         self.monitor = LoopMonitor(client_now, on_window=self._on_loop_window)
         self.tokenizer = load_tokenizer(cfg.tokenizer)
         #: every file is read and checked here, before anything is sent
-        self.jobs = build_jobs(WorkloadSpec(
+        self.spec = WorkloadSpec(
             n=cfg.n, prompt_tokens=cfg.prompt_tokens, prompt_file=cfg.prompt_file, dataset=cfg.dataset,
             replay=cfg.replay, time_scale=cfg.time_scale, input_len=cfg.input_len, output_len=cfg.output_len,
-            prefix_len=cfg.prefix_len, turns=cfg.turns, seed=cfg.seed), self.tokenizer)
+            prefix_len=cfg.prefix_len, turns=cfg.turns, seed=cfg.seed)
+        self.jobs = build_jobs(self.spec, self.tokenizer)
         self.total = sum(len(j.turns) for j in self.jobs)
+        self.next_index = self.next_job = 0
+        self.t0_ns = client_now()
+        self.scheduled = False
 
     # -- the run ------------------------------------------------------------------------
     async def run(self) -> ProbeResult:
         import httpx
 
         cfg = self.cfg
-        jobs = self.jobs
         limits = httpx.Limits(max_connections=cfg.concurrency, max_keepalive_connections=cfg.concurrency)
         timeout = httpx.Timeout(cfg.timeout_s, connect=min(cfg.timeout_s, 10.0))
         headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
@@ -253,25 +253,11 @@ class Prober:
             self._open_trace(model)
             self._t0 = time.monotonic()
             sem = asyncio.Semaphore(cfg.concurrency)
-            offsets = ([j.at or 0.0 for j in jobs] if cfg.replay is not None else
-                       arrival_offsets(len(jobs), cfg.rate, seed=cfg.seed + 1, burstiness=cfg.burstiness)
-                       if cfg.rate else None)
-            self.scheduled = offsets is not None
             progress = asyncio.ensure_future(self._progress()) if cfg.progress else None
             monitor = asyncio.ensure_future(self.monitor.run())
-            tasks = []
-            t0_ns = client_now()
+            tasks: list[asyncio.Future[Any]] = []
             try:
-                first = 0  # request index of each conversation's first turn
-                for i, job in enumerate(jobs):
-                    intended = None
-                    if offsets is not None:  # the schedule: each request's intended send time
-                        intended = t0_ns + int(offsets[i] * 1e9)
-                        delay = (intended - client_now()) / 1e9
-                        if delay > 0:
-                            await asyncio.sleep(delay)
-                    tasks.append(asyncio.ensure_future(self._conversation(client, sem, first, job, model, intended)))
-                    first += len(job.turns)
+                await self._dispatch(client, sem, model, tasks)
                 await asyncio.gather(*tasks)
             finally:
                 for t in tasks:
@@ -285,6 +271,61 @@ class Prober:
         self.results.sort(key=lambda r: r.index)
         return ProbeResult(cfg, self.base, model, self.chat, self.results, wall, cfg.out, self.setup_connect,
                            loop=self.monitor.stats, cpu_share=self.monitor.cpu_share())
+
+    async def _dispatch(self, client: Any, sem: asyncio.Semaphore, model: str,
+                        tasks: list[asyncio.Future[Any]]) -> None:
+        """Start every conversation when it is due: at its replay time, by the --rate schedule (within
+        --duration, ramping over --ramp), or closed-loop (--concurrency workers, until the jobs or
+        --duration run out). Requests due within --warmup are marked warm-up."""
+        cfg = self.cfg
+        self.t0_ns = t0 = client_now()
+        if cfg.rate is None and cfg.replay is None:  # closed loop: no schedule, no client queue
+            if cfg.duration_s is None:
+                for job in self.jobs:
+                    tasks.append(asyncio.ensure_future(
+                        self._conversation(client, sem, self._take(job), job, model, None)))
+                return
+            tasks.extend(asyncio.ensure_future(self._worker(client, sem, model)) for _ in range(cfg.concurrency))
+            return
+        if cfg.replay is not None:
+            offsets = [j.at or 0.0 for j in self.jobs]
+            if cfg.duration_s is not None:
+                offsets = [o for o in offsets if o < cfg.duration_s]
+        else:
+            assert cfg.rate is not None
+            offsets = arrival_offsets(None if cfg.duration_s is not None else len(self.jobs), cfg.rate,
+                                      seed=cfg.seed + 1, burstiness=cfg.burstiness, ramp_s=cfg.ramp_s,
+                                      duration_s=cfg.duration_s)
+        self.scheduled = True
+        for i, at in enumerate(offsets):
+            job = self._job(i)
+            intended = t0 + int(at * 1e9)
+            delay = (intended - client_now()) / 1e9
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.ensure_future(self._conversation(client, sem, self._take(job), job, model, intended)))
+
+    async def _worker(self, client: Any, sem: asyncio.Semaphore, model: str) -> None:
+        """One closed-loop slot: the next conversation as soon as the last ended, until --duration."""
+        end = self.t0_ns + int((self.cfg.duration_s or 0) * 1e9)
+        while client_now() < end:
+            job = self._job(self.next_job)
+            await self._conversation(client, sem, self._take(job), job, model, None)
+
+    def _job(self, i: int) -> Job:
+        """Job ``i``, building more (seeded on) when a --duration run outlasts the ones built."""
+        while i >= len(self.jobs):
+            self.jobs.extend(build_jobs(replace(self.spec, n=max(64, self.cfg.concurrency * 4),
+                                                seed=self.spec.seed + len(self.jobs)), self.tokenizer))
+        return self.jobs[i]
+
+    def _take(self, job: Job) -> int:
+        """Request index of ``job``'s first turn (the turns after it take the next ones)."""
+        first = self.next_index
+        self.next_index += len(job.turns)
+        self.next_job += 1
+        self.total = max(self.total, self.next_index)
+        return first
 
     def _on_loop_window(self, late_share: float, max_lag_ms: float) -> None:
         """Warn (once) when the probe's own event loop falls behind: near the limit its figures
@@ -357,6 +398,9 @@ class Prober:
             text = prompt_text(prompt)
             r = RequestResult(i, uuid.uuid4().hex, len(text), intended_ns=intended_ns, dispatched_ns=dispatched,
                               keep_text=keep_text)
+            # warm-up: due (or, closed loop, started) within the first --warmup seconds
+            r.warmup = ((intended_ns if intended_ns is not None else dispatched) - self.t0_ns
+                        < self.cfg.warmup_s * 1e9)
             if self.tokenizer is not None:
                 r.local_prompt_tokens = self.tokenizer.count(text)
             self.live[i] = r
@@ -499,74 +543,27 @@ class Prober:
     def _on_event(self, r: RequestResult, data: str, t: int) -> None:
         probe_events.on_event(r, data, t)
 
-    # -- progress on stderr ----------------------------------------------------------------
+    # -- progress on stderr (tracetool.serving.schedule) -------------------------------------------
     async def _progress(self) -> None:
-        tty = sys.stderr.isatty()
-        every = 0.25 if tty else 2.0
-        while True:
-            await asyncio.sleep(every)
-            self._print_progress()
+        await progress_loop(self._print_progress)
 
     def _print_progress(self, final: bool = False) -> None:
-        tty = sys.stderr.isatty()
-        line = (f"probe: {self.finished}/{self.total} done, {self.failed} failed, "
-                f"{self.in_flight} in flight, {time.monotonic() - self._t0:.1f} s")
-        try:
-            if tty:
-                sys.stderr.write("\r\x1b[K" + line + ("\n" if final else ""))
-            else:
-                sys.stderr.write(line + "\n")
-            sys.stderr.flush()
-        except (OSError, ValueError):
-            pass
+        print_progress(f"probe: {self.finished}/{self.total} done, {self.failed} failed, "
+                       f"{self.in_flight} in flight, {time.monotonic() - self._t0:.1f} s", final)
 
-    # -- the trace ---------------------------------------------------------------------------
+    # -- the trace (tracetool.serving.probe_trace) ------------------------------------------------
     def _open_trace(self, model: str) -> None:
-        if self.cfg.out is None:
-            return
-        from collectors.recorder import Recorder
-
-        c = self.cfg
-        meta = {
-            "producer": {"name": "tracetool probe"},
-            "clocks": {"client": "unix epoch nanoseconds of the probing host, advanced monotonically",
-                       "server": "estimated: the client clock; server spans are the server's reported "
-                                 "durations placed by the symmetric-delay assumption"},
-            "probe": {"url": self.base, "model": model, "endpoint": "chat" if self.chat else "completions",
-                      "n": self.total, "concurrency": c.concurrency, "rate": c.rate, "burstiness": c.burstiness,
-                      "max_tokens": c.max_tokens,
-                      "prompt_tokens": None if c.prompt_file or c.dataset or c.replay else c.prompt_tokens,
-                      "workload": self._workload_meta(),
-                      "prompt_file": str(c.prompt_file) if c.prompt_file else None, "seed": c.seed,
-                      "tokenizer": str(c.tokenizer) if c.tokenizer else None,
-                      "traceparent": "trace-id = request id"},  # what merge joins a server's own ids on
-        }
-        self.recorder = Recorder(c.out, meta=meta, flush_interval_s=0.5).start()
-        self.recorder.writer.sink("requests")  # declared: every request gets a row
-        if self.setup_connect is not None:  # an RTT sample of no request (request_id "")
-            self.recorder.guard(self.recorder.add_span, "client.connect", *self.setup_connect, request_id="",
-                                clock="client", where="probe trace")
-
-    def _workload_meta(self) -> dict[str, Any]:
-        c = self.cfg
-        source = "replay" if c.replay else "dataset" if c.dataset or c.prompt_file else "synthetic"
-        synthetic_lengths = source == "replay" or (source == "synthetic") or bool(c.prefix_len) or c.turns > 1
-        return {"source": source, "file": str(c.replay or c.dataset or c.prompt_file or "") or None,
-                "time_scale": c.time_scale if c.replay else None, "input_len": c.input_len, "output_len": c.output_len,
-                "prefix_len": c.prefix_len, "turns": c.turns, "conversations": len(self.jobs),
-                "lengths": length_basis(self.tokenizer) if synthetic_lengths else None}
+        if self.cfg.out is not None:
+            self.recorder = ProbeTraces(self.cfg.out, probe_meta(self, model), self.setup_connect)
 
     def _record(self, r: RequestResult) -> None:
         if self.recorder is not None:
-            self.recorder.guard(write_request, self.recorder, r, where="probe trace")
+            self.recorder.record(r)
 
     def _close_trace(self) -> None:
         if self.recorder is not None:
             # the probe's own stalls, evidence for client-bound where a schedule could fall behind
-            for s0, s1 in (self.monitor.stats.stalls if self.cfg.rate else ()):
-                self.recorder.guard(self.recorder.add_span, "client.loop_lag", s0, s1, request_id="",
-                                    clock="client", where="probe trace")
-            self.recorder.close()
+            self.recorder.close(self.monitor.stats.stalls if self.scheduled else [])
 
 
 def run_probe(cfg: ProbeConfig) -> ProbeResult:
@@ -579,6 +576,10 @@ def run_probe(cfg: ProbeConfig) -> ProbeResult:
         raise UsageError("pick one of --dataset, --replay and --prompt-file")
     if cfg.replay is not None and cfg.rate is not None:
         raise UsageError("--replay keeps the file's timestamps; --rate does not apply")
+    if cfg.ramp_s and cfg.rate is None:
+        raise UsageError("--ramp ramps the --rate schedule; pass --rate")
+    if (cfg.duration_s is not None and cfg.duration_s <= 0) or cfg.warmup_s < 0 or cfg.ramp_s < 0:
+        raise UsageError("--duration must be > 0, --warmup and --ramp >= 0")
     if cfg.turns > 1 and cfg.chat is False:
         raise UsageError("--turns needs the chat endpoint (conversations carry messages)")
     if cfg.rate is not None and cfg.rate <= 0:

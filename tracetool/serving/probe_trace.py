@@ -8,10 +8,76 @@ receipt) are kept apart here, in one place.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from tracetool.serving.workloads import length_basis
 
 if TYPE_CHECKING:
     from tracetool.serving.probe import RequestResult
+
+#: Where the warm-up requests' own trace goes, inside the run's trace directory.
+WARMUP_DIR = "warmup"
+
+
+class ProbeTraces:
+    """The run's trace (``OUT``) and, with ``--warmup``, the warm-up requests' own trace
+    (``OUT/warmup``, ``meta.json`` ``probe.warmup: true``): recorded, kept out of the analysis of OUT."""
+
+    def __init__(self, out: Path, meta: dict[str, Any], setup_connect: tuple[int, int] | None) -> None:
+        from collectors.recorder import Recorder
+
+        self.out, self.meta = Path(out), meta
+        self.main = Recorder(out, meta=meta, flush_interval_s=0.5).start()
+        self.main.writer.sink("requests")  # declared: every request gets a row
+        self.warm: Any = None
+        if setup_connect is not None:  # an RTT sample of no request (request_id "")
+            self.main.guard(self.main.add_span, "client.connect", *setup_connect, request_id="",
+                            clock="client", where="probe trace")
+
+    def record(self, r: RequestResult) -> None:
+        if r.warmup and self.warm is None:
+            from collectors.recorder import Recorder
+
+            meta = {**self.meta, "probe": {**self.meta["probe"], "warmup": True}}
+            self.warm = Recorder(self.out / WARMUP_DIR, meta=meta, flush_interval_s=0.5).start()
+            self.warm.writer.sink("requests")
+        rec = self.warm if r.warmup else self.main
+        rec.guard(write_request, rec, r, where="probe trace")
+
+    def close(self, stalls: list[tuple[int, int]]) -> None:
+        for s0, s1 in stalls:
+            self.main.guard(self.main.add_span, "client.loop_lag", s0, s1, request_id="", clock="client",
+                            where="probe trace")
+        if self.warm is not None:
+            self.warm.close()
+        self.main.close()
+
+
+def probe_meta(p: Any, model: str) -> dict[str, Any]:
+    """``meta.json`` of a probe trace: producer, clocks, and how the run was made (``probe``)."""
+    c = p.cfg
+    source = "replay" if c.replay else "dataset" if c.dataset or c.prompt_file else "synthetic"
+    synthetic_lengths = source in ("replay", "synthetic") or bool(c.prefix_len) or c.turns > 1
+    return {
+        "producer": {"name": "tracetool probe"},
+        "clocks": {"client": "unix epoch nanoseconds of the probing host, advanced monotonically",
+                   "server": "estimated: the client clock; server spans are the server's reported "
+                             "durations placed by the symmetric-delay assumption"},
+        "probe": {"url": p.base, "model": model, "endpoint": "chat" if p.chat else "completions",
+                  "n": p.total, "concurrency": c.concurrency, "rate": c.rate, "burstiness": c.burstiness,
+                  "max_tokens": c.max_tokens,
+                  "prompt_tokens": None if c.prompt_file or c.dataset or c.replay else c.prompt_tokens,
+                  "workload": {"source": source, "file": str(c.replay or c.dataset or c.prompt_file or "") or None,
+                               "time_scale": c.time_scale if c.replay else None, "input_len": c.input_len,
+                               "output_len": c.output_len, "prefix_len": c.prefix_len, "turns": c.turns,
+                               "conversations": len(p.jobs),
+                               "lengths": length_basis(p.tokenizer) if synthetic_lengths else None},
+                  "duration_s": c.duration_s, "warmup_s": c.warmup_s, "ramp_s": c.ramp_s,
+                  "prompt_file": str(c.prompt_file) if c.prompt_file else None, "seed": c.seed,
+                  "tokenizer": str(c.tokenizer) if c.tokenizer else None,
+                  "traceparent": "trace-id = request id"},  # what merge joins a server's own ids on
+    }
 
 
 def write_request(rec: Any, r: RequestResult) -> None:

@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from tracetool.reader import Trace
-from tracetool.schema import CLIENT_REQUEST, PHASES, SERVER_REQUEST
+from tracetool.schema import CLIENT_QUEUE, CLIENT_REQUEST, COMPONENTS, PHASES, SERVER_REQUEST
 from tracetool.serving.metrics import Timing, format_table, latency_metrics, stats
 from tracetool.serving.probe import ProbeResult
 from tracetool.serving.schedule import (
@@ -21,6 +21,7 @@ from tracetool.serving.schedule import (
     CPU_BOUND,
     LAG_LIMIT_MS,
 )
+from tracetool.slo import SLO
 
 LABELS = {"ttft_ms": "TTFT (ms)", "tpot_ms": "TPOT (ms)", "itl_ms": "ITL (ms)", "e2e_ms": "e2e (ms)",
           "network_ms": "network (ms)", "connect_ms": "TCP connect (ms)", "queue_ms": "server queue (ms)",
@@ -31,9 +32,9 @@ LABELS = {"ttft_ms": "TTFT (ms)", "tpot_ms": "TPOT (ms)", "itl_ms": "ITL (ms)", 
 BOUND_ROUND_TRIPS = 10
 
 
-def probe_report(result: ProbeResult) -> dict[str, Any]:
-    """The probe's numbers as one JSON-able object."""
-    rs = result.results
+def probe_report(result: ProbeResult, slo: SLO | None = None) -> dict[str, Any]:
+    """The probe's numbers as one JSON-able object (with ``slo``: goodput and attainment)."""
+    rs = [r for r in result.results if not r.warmup]  # warm-up requests: recorded apart, not measured
     ok = [r for r in rs if r.ok]
     # latency counts from the intended send time where the run had a schedule (client_queue included)
     timings = [Timing(r.intended_ns if r.intended_ns is not None else r.start_ns, r.token_ns,
@@ -51,6 +52,7 @@ def probe_report(result: ProbeResult) -> dict[str, Any]:
     out_tokens = sum(t.tokens for t in timings)
     errors = Counter(r.error for r in rs if r.error)
     sources = Counter(src for r in ok for src in r.timing_sources)
+    wall = max(1e-9, result.wall_s - result.config.warmup_s) if result.config.warmup_s else result.wall_s
     return {
         "version": 1,
         "url": result.base_url,
@@ -59,19 +61,39 @@ def probe_report(result: ProbeResult) -> dict[str, Any]:
         "requests": len(rs),
         "ok": len(ok),
         "failed": len(rs) - len(ok),
-        "duration_s": result.wall_s,
-        "request_throughput": len(ok) / result.wall_s if result.wall_s > 0 else None,
-        "output_token_throughput": out_tokens / result.wall_s if result.wall_s > 0 else None,
+        "duration_s": wall,
+        "request_throughput": len(ok) / wall if wall > 0 else None,
+        "output_token_throughput": out_tokens / wall if wall > 0 else None,
         "output_tokens": out_tokens,
         "tokens": token_counts(ok),
         "metrics": metrics,
         "errors": [{"error": e, "count": c} for e, c in errors.most_common(10)],
         "retried": sum(1 for r in rs if r.retry),
+        "warmup_requests": len(result.results) - len(rs),
         "server_timings": dict(sources.most_common()),
         "network_bound": _network_bound(metrics),
         "client": client_health(result),
         "trace": None if result.out is None else str(result.out),
+        "slo": None if slo is None else slo.evaluate(_slo_rows(rs), wall),
     }
+
+
+def _slo_rows(rs: list[Any]) -> list[dict[str, Any]]:
+    """Per request, what an SLO can bound (ms), from the intended send time like every figure here."""
+    rows: list[dict[str, Any]] = []
+    for r in rs:
+        if not r.ok:
+            rows.append({"ok": False})
+            continue
+        t = Timing(r.intended_ns if r.intended_ns is not None else r.start_ns, r.token_ns,
+                   r.last_chunk_ns or r.end_ns, r.output_tokens)
+        ttft = t.ttft_ns / 1e6 if t.ttft_ns is not None else None
+        e2e = t.e2e_ns / 1e6
+        n = len(r.token_ns)
+        rows.append({"ok": True, "ttft_ms": ttft, "e2e_ms": e2e,
+                     "tpot_ms": (e2e - ttft) / (t.tokens - 1) if ttft is not None and t.tokens > 1 else None,
+                     "itl_ms": (r.token_ns[-1] - r.token_ns[0]) / 1e6 / (n - 1) if n > 1 else None})
+    return rows
 
 
 def print_probe_report(rep: dict[str, Any]) -> None:
@@ -104,6 +126,13 @@ def print_probe_report(rep: dict[str, Any]) -> None:
         else:
             print("network: not measured (the server reports no total time: run tracetool's middleware "
                   "in it, send its OTLP spans to tracetool receive, or merge its trace)")
+    sl = rep.get("slo")
+    if sl:
+        said = ", ".join(f"{k} <= {v:g}" for k, v in sl["targets"].items())
+        att = "-" if sl["attainment"] is None else f"{sl['attainment'] * 100:.1f} %"
+        good = "-" if sl["goodput_rps"] is None else f"{sl['goodput_rps']:.2f} req/s"
+        print(f"SLO {said}: {sl['met_requests']} of {sl['requests']} requests met it ({att}), goodput {good}; "
+              + ("met" if sl["met"] else f"NOT met (needs {sl['attainment_target'] * 100:g} %)"))
     cl = rep.get("client")
     if cl and cl["client_bound"]:
         print(f"client-bound: {cl['client_bound']}")
@@ -133,7 +162,7 @@ def client_health(result: ProbeResult) -> dict[str, Any]:
     """The load client's own account: offered vs achieved send rate, time requests waited in the
     client (client_queue), its event loop's lag and CPU, and a client-bound verdict naming the limit.
     The same rule as the ``client-bound`` finding of ``tracetool analyze`` (docs/findings.md)."""
-    rs = [r for r in result.results if r.intended_ns is not None and r.start_ns]
+    rs = [r for r in result.results if r.intended_ns is not None and r.start_ns and not r.warmup]
     ok = [r for r in rs if r.ok]
     offered = achieved = None
     if len(rs) >= 2:
@@ -202,10 +231,13 @@ def attribution(trace: Trace) -> dict[str, Any]:
     e2e_total = 0
     for d in dur.values():
         c, s = d.get(CLIENT_REQUEST), d.get(SERVER_REQUEST)
-        e2e = c if c is not None else s
+        e2e = c + d.get(CLIENT_QUEUE, 0) if c is not None else s
         if e2e is None:
             continue
         e2e_total += e2e
+        if c is not None and CLIENT_QUEUE in d:
+            sums["client_queue"] += d[CLIENT_QUEUE]
+            measured.add("client_queue")
         if c is not None and s is not None:
             sums["network"] += c - s
             measured.add("network")
@@ -216,8 +248,7 @@ def attribution(trace: Trace) -> dict[str, Any]:
         if s is not None:
             sums["other"] += max(0, s - sum(d.get(ph, 0) for ph in PHASES))
             measured.add("other")
-    comps = ("network", "queue", "tokenize", "preprocess", "prefill", "decode", "detokenize", "postprocess",
-             "other")
+    comps = COMPONENTS
     return {"requests": len(dur), "e2e_ms": e2e_total / 1e6,
             "components": {k: {"ms": sums[k] / 1e6 if k in measured else None,
                                "share": (sums[k] / e2e_total if e2e_total else None) if k in measured else None}

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -144,3 +145,23 @@ class LoopMonitor:
                 win_n = win_late = 0
                 win_max = 0.0
                 win_end = time.monotonic() + self.window_s
+
+
+async def progress_loop(show: Callable[[], None]) -> None:
+    """Call ``show`` every 0.25 s on a terminal, every 2 s otherwise, until cancelled."""
+    every = 0.25 if sys.stderr.isatty() else 2.0
+    while True:
+        await asyncio.sleep(every)
+        show()
+
+
+def print_progress(line: str, final: bool = False) -> None:
+    """One progress line on stderr: rewritten in place on a terminal, appended otherwise."""
+    try:
+        if sys.stderr.isatty():
+            sys.stderr.write("\r\x1b[K" + line + ("\n" if final else ""))
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
