@@ -136,3 +136,39 @@ def test_arrival_offsets_shapes() -> None:
     gaps = [b - a for a, b in itertools.pairwise(ramp)]
     assert gaps[0] > gaps[-1] == pytest.approx(0.1)  # sparse while ramping, the full rate after
     assert len(ramp) == pytest.approx(10 * (4 - 1.0), abs=1)  # the ramp delivers half its full-rate arrivals
+
+
+def test_the_probe_warns_once_near_its_limit(capsys: pytest.CaptureFixture[str]) -> None:
+    """The loop monitor's window callback: a window with 5 % or more late wake-ups says so once."""
+    from tracetool import notices
+    from tracetool.serving.probe import ProbeConfig, Prober
+
+    notices._said.discard("probe-loop-lag")
+    p = Prober(ProbeConfig(url="http://127.0.0.1:9/v1", progress=False))
+    p._on_loop_window(0.01, 1.5)  # 1 % late: quiet
+    assert "lagging" not in capsys.readouterr().err
+    p._on_loop_window(0.2, 12.0)
+    p._on_loop_window(0.3, 20.0)
+    err = capsys.readouterr().err
+    assert err.count("the probe's event loop is lagging (20 % of wake-ups later than 1 ms, worst 12.0 ms)") == 1
+
+
+def test_the_loop_monitor_counts_late_wakeups() -> None:
+    """An injected clock that jumps 3 ms past each due time: every wake-up is late, and windows report it."""
+    import asyncio
+
+    ticks = iter(range(0, 10**12, 3_000_000 + 5_000_000))
+    seen: list[tuple[float, float]] = []
+    mon = schedule.LoopMonitor(lambda: next(ticks), interval_s=0.0, window_s=0.0,
+                               on_window=lambda share, worst: seen.append((share, worst)))
+
+    async def go() -> None:
+        task = asyncio.ensure_future(mon.run())
+        while mon.stats.wakeups < 5:
+            await asyncio.sleep(0)
+        task.cancel()
+
+    asyncio.run(go())
+    assert mon.stats.late == mon.stats.wakeups >= 5
+    assert mon.stats.max_lag_ms == pytest.approx(8.0)
+    assert seen and all(share == 1.0 for share, _ in seen)
