@@ -163,3 +163,13 @@ def test_bad_options_exit_2(args: list[Any], said: str, cli: Any, server: Any) -
     r = cli("probe", s.url, "-q", *args)
     assert r.code == 2 and said in r.err, (r.code, r.err)
     assert srv.received == []
+
+
+def test_approximate_lengths_are_labelled_in_the_report(cli: Any, server: Any) -> None:
+    s, _ = server
+    r = cli("probe", s.url, "-n", 2, "--input-len", 5, "-q", "--json")
+    assert r.code == 0, r.err
+    wl = json.loads(r.out)["workload"]
+    assert (wl["source"], wl["input_len"]) == ("synthetic", [5, 0.0]) and wl["lengths"].startswith("approximate")
+    text = cli("probe", s.url, "-n", 1, "--input-len", 5, "-q")
+    assert "lengths approximate (no --tokenizer" in text.out

@@ -183,6 +183,8 @@ class ProbeResult:
     #: the probe's own health: event-loop lag and CPU (None when not monitored)
     loop: LoopStats | None = None
     cpu_share: float | None = None
+    #: what was sent: source, file, lengths (exact by a tokenizer, or approximate), as in meta.json
+    workload: dict[str, Any] | None = None
 
 
 def normalize_url(url: str, chat: bool | None) -> tuple[str, bool]:
@@ -270,7 +272,8 @@ class Prober:
         wall = time.monotonic() - self._t0
         self.results.sort(key=lambda r: r.index)
         return ProbeResult(cfg, self.base, model, self.chat, self.results, wall, cfg.out, self.setup_connect,
-                           loop=self.monitor.stats, cpu_share=self.monitor.cpu_share())
+                           loop=self.monitor.stats, cpu_share=self.monitor.cpu_share(),
+                           workload=probe_meta(self, model)["probe"]["workload"])
 
     async def _dispatch(self, client: Any, sem: asyncio.Semaphore, model: str,
                         tasks: list[asyncio.Future[Any]]) -> None:

@@ -66,6 +66,7 @@ def probe_report(result: ProbeResult, slo: SLO | None = None) -> dict[str, Any]:
         "output_token_throughput": out_tokens / wall if wall > 0 else None,
         "output_tokens": out_tokens,
         "tokens": token_counts(ok),
+        "workload": result.workload,
         "metrics": metrics,
         "errors": [{"error": e, "count": c} for e, c in errors.most_common(10)],
         "retried": sum(1 for r in rs if r.retry),
@@ -104,6 +105,9 @@ def print_probe_report(rep: dict[str, Any]) -> None:
         line += (f"; {rep['request_throughput']:.2f} req/s, "
                  f"{rep['output_token_throughput']:.1f} output tok/s aggregate")
     print(line)
+    wl = rep.get("workload") or {}
+    if wl.get("lengths"):
+        print(f"workload: {wl['source']}{' ' + wl['file'] if wl.get('file') else ''}; lengths {wl['lengths']}")
     tok = rep.get("tokens") or {}
     if tok.get("prompt") is not None:
         said = f"prompt tokens: {tok['prompt']:,} ({', '.join(f'{k} {v}' for k, v in tok['prompt_sources'].items())})"
