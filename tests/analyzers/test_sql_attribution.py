@@ -124,3 +124,31 @@ def test_client_queue_counts_in_e2e_ttft_and_its_own_component(tmp_path: Any) ->
     assert comps["client_queue"]["share"] == pytest.approx(40 / 140)
     assert comps["client_queue"]["ordinal"] == -1
     assert sum(c["share"] or 0 for c in comps.values()) == pytest.approx(1.0)
+
+
+def _client_bound(tmp_path: Any, lag_ms: float) -> dict[str, Any] | None:
+    """Ten requests due every 10 ms (100/s offered) but sent every 20 ms (50/s achieved), each answered
+    in 100 ms (so at most 5 in flight); ``lag_ms`` of client.loop_lag stalls per request (request_id '')."""
+    from analyzer_scenarios import MS, spans, write_trace
+
+    import analyzers
+
+    span_rows = []
+    for i in range(10):
+        due, sent = i * 10 * MS, i * 20 * MS
+        span_rows += [(f"r{i}", "client.queue", due, sent, "client"), (f"r{i}", "client.request", sent, sent + 100 * MS, "client")]
+        if lag_ms:
+            span_rows.append(("", "client.loop_lag", due, due + round(lag_ms * MS), "client"))
+    con = analyzers.connect([write_trace(tmp_path / f"t{lag_ms}", {"spans": spans(span_rows)})])
+    found = rows(con, "SELECT id, detail FROM findings WHERE id = 'client-bound'")
+    return found[0] if found else None
+
+
+def test_client_bound_names_the_concurrency_cap_or_the_event_loop(tmp_path: Any) -> None:
+    cap = _client_bound(tmp_path, 0)
+    assert cap is not None
+    assert "it sent 50.00 requests/s of the 100.00 offered (50.0 %)" in cap["detail"]
+    assert "requests waited 45.0 ms each" in cap["detail"]  # 0, 10, ..., 90 ms
+    assert "the concurrency cap (at most 5 requests in flight" in cap["detail"]
+    loop = _client_bound(tmp_path, 30)  # 300 ms of stalls against 450 ms of waiting
+    assert loop is not None and "the probe's own event loop (10 stalls over 1 ms, worst 30.0 ms)" in loop["detail"]
