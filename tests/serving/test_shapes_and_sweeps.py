@@ -118,3 +118,13 @@ def test_slo_rule() -> None:
             {"ok": False}, {"ok": True, "ttft_ms": 100, "tpot_ms": 10}]
     ev = slo.evaluate(rows, 2.0)
     assert (ev["met_requests"], ev["attainment"], ev["goodput_rps"], ev["met"]) == (2, 0.5, 1.0, True)
+
+
+def test_closed_loop_warmup_counts_from_the_slot_not_the_queue(serial: Any, cli: Any, tmp_path: Path) -> None:
+    """Closed loop: every request is created at once and waits for a slot; warm-up is judged by when
+    it got one, so a 60 ms-per-request server at concurrency 1 has a warm-up of the first request only."""
+    out = tmp_path / "t"
+    r = cli("probe", serial[0].url, "-n", 4, "--concurrency", 1, "--warmup", 0.03, "-q", "--json", "-o", out)
+    assert r.code == 0, r.err
+    rep = json.loads(r.out)
+    assert (rep["requests"], rep["warmup_requests"]) == (3, 1)

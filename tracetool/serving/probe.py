@@ -401,8 +401,8 @@ class Prober:
             text = prompt_text(prompt)
             r = RequestResult(i, uuid.uuid4().hex, len(text), intended_ns=intended_ns, dispatched_ns=dispatched,
                               keep_text=keep_text)
-            # warm-up: due (or, closed loop, started) within the first --warmup seconds
-            r.warmup = ((intended_ns if intended_ns is not None else dispatched) - self.t0_ns
+            # warm-up: due (or, closed loop, given its slot) within the first --warmup seconds
+            r.warmup = ((intended_ns if intended_ns is not None else client_now()) - self.t0_ns
                         < self.cfg.warmup_s * 1e9)
             if self.tokenizer is not None:
                 r.local_prompt_tokens = self.tokenizer.count(text)
