@@ -36,7 +36,6 @@ from analyzers.modules import MODULES, documented_objects
 from analyzers.params import (
     CLAIM_ALIASES,
     CLAIMS,
-    COMPONENTS,
     ClaimSpec,
     RooflineInputs,
     Thresholds,
@@ -44,6 +43,7 @@ from analyzers.params import (
     parse_threshold,
     roofline_inputs,
 )
+from tracetool.schema import COMPONENTS
 
 
 def connect(traces: TraceArg | Iterable[TraceArg], *, model: str | None = None, gpu: str | None = None,

@@ -21,7 +21,6 @@ import pyarrow as pa
 
 from analyzers.connection import Session, TraceArg, connect, labels_for, load_traces
 from analyzers.params import (
-    COMPONENTS,
     ClaimSpec,
     RooflineInputs,
     Thresholds,
@@ -30,6 +29,7 @@ from analyzers.params import (
 )
 from tracetool.errors import BadInput
 from tracetool.reader import Trace
+from tracetool.schema import COMPONENTS
 from tracetool.slo import SLO
 
 FORMAT = "tracetool-analysis"

@@ -17,6 +17,12 @@
 -- the TTFT's side. Failed requests (requests.status = 'error') are kept here but
 -- left out of every aggregate.
 
+-- The components of the rule in the order a request passes through them, the one list of them
+-- here (tracetool.schema.COMPONENTS; tests/analyzers/test_sql_attribution.py keeps the two equal).
+CREATE OR REPLACE TEMP TABLE _attribution_components AS
+SELECT * FROM (VALUES (0, 'client_queue'), (1, 'network'), (2, 'queue'), (3, 'tokenize'), (4, 'preprocess'),
+    (5, 'prefill'), (6, 'decode'), (7, 'detokenize'), (8, 'postprocess'), (9, 'other')) AS v(ordinal, component);
+
 -- @view attribution_spans
 -- Span durations per request and name group: the raw material of the rule.
 -- @column trace: Trace label.
@@ -62,37 +68,8 @@ FROM spans
 WHERE request_id <> ''
 GROUP BY trace, request_id;
 
--- @table attribution_requests
--- One row per request seen in spans, tokens or requests: e2e, the ten
--- components (null = not measured), TTFT, TPOT and token counts.
--- @column trace: Trace label.
--- @column request_id: Request id.
--- @column request_key: Integer key of the request's tokens (tokens_requests); null without tokens. Filter per-token views on it.
--- @column ok: False when the request failed (requests.status = 'error'); failed requests are left out of aggregates.
--- @column e2e_ms: End-to-end latency, milliseconds (null when no span gives one); from the intended send time when the client recorded client.queue.
--- @column e2e_source: Where e2e comes from: 'client' (client.request), 'server' (server.request) or 'extent' (first to last server-clock event).
--- @column client_queue_ms: Time waiting in the load client after the intended send time (client.queue spans), milliseconds; null when the request has none.
--- @column network_ms: client.request minus server.request, milliseconds; null when not both exist.
--- @column queue_ms: Time in queue spans, milliseconds; null when the request has none.
--- @column tokenize_ms: Time in tokenize spans, milliseconds; null when none.
--- @column preprocess_ms: Time in preprocess spans, milliseconds; null when none.
--- @column prefill_ms: Time in prefill spans, milliseconds; null when none.
--- @column decode_ms: Time in decode spans, milliseconds; null when none.
--- @column detokenize_ms: Time in detokenize spans, milliseconds; null when none.
--- @column postprocess_ms: Time in postprocess spans, milliseconds; null when none.
--- @column other_ms: server.request minus the phases, not below 0, milliseconds; null without server.request.
--- @column server_ms: Duration of server.request, milliseconds; null when absent.
--- @column ttft_ms: Time to first token, milliseconds (null without token index 0 or a start).
--- @column ttft_source: 'client' or 'server': the clock TTFT (and TPOT) was measured on.
--- @column tpot_ms: Time per output token after the first, milliseconds: (e2e - TTFT) / (output_tokens - 1).
--- @column itl_mean_ms: Mean inter-token latency of the request, milliseconds (client-side when every token has client_recv_ns).
--- @column output_tokens: Tokens generated (token rows, else requests.output_tokens).
--- @column prompt_tokens: Prompt length, tokens (requests.prompt_tokens; null when not recorded).
--- @column decode_tok_s: Per-request decode rate, tokens per second: 1000 / tpot_ms.
--- @column start_ns: Server clock, nanoseconds: when the request started on the server (for timelines).
--- @column end_ns: Server clock, nanoseconds: when the request ended on the server.
--- @column bottleneck: The component with the most time in this request.
-CREATE OR REPLACE TEMP TABLE attribution_requests AS
+-- attribution_requests without its bottleneck column (below).
+CREATE OR REPLACE TEMP TABLE _attribution_base AS
 WITH ids AS (
     SELECT trace, request_id FROM attribution_spans
     UNION SELECT trace, request_id FROM tokens_requests
@@ -166,21 +143,69 @@ c AS (
 SELECT
     * EXCLUDE (start_ns, end_ns),
     CASE WHEN tpot_ms > 0 THEN 1000 / tpot_ms END AS decode_tok_s,
-    start_ns, end_ns,
-    (SELECT v.k FROM (VALUES
-        (-1, 'client_queue', client_queue_ms), (0, 'network', network_ms), (1, 'queue', queue_ms), (2, 'tokenize', tokenize_ms),
-        (3, 'preprocess', preprocess_ms), (4, 'prefill', prefill_ms), (5, 'decode', decode_ms),
-        (6, 'detokenize', detokenize_ms), (7, 'postprocess', postprocess_ms), (8, 'other', other_ms))
-        AS v(o, k, ms)
-     WHERE v.ms IS NOT NULL ORDER BY v.ms DESC, v.o LIMIT 1) AS bottleneck
+    start_ns, end_ns
 FROM c;
+
+-- Each request's components as rows (ordinal of _attribution_components; ms null = not measured):
+-- the one place that maps a component's column to its row.
+CREATE OR REPLACE TEMP TABLE _attribution_long AS
+SELECT trace, request_id, ok, e2e_ms, 0 AS ordinal, client_queue_ms AS ms FROM _attribution_base
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 1, network_ms FROM _attribution_base
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 2, queue_ms FROM _attribution_base
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 3, tokenize_ms FROM _attribution_base
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 4, preprocess_ms FROM _attribution_base
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 5, prefill_ms FROM _attribution_base
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 6, decode_ms FROM _attribution_base
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 7, detokenize_ms FROM _attribution_base
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 8, postprocess_ms FROM _attribution_base
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 9, other_ms FROM _attribution_base;
+
+
+-- @table attribution_requests
+-- One row per request seen in spans, tokens or requests: e2e, the ten
+-- components (null = not measured), TTFT, TPOT and token counts.
+-- @column trace: Trace label.
+-- @column request_id: Request id.
+-- @column request_key: Integer key of the request's tokens (tokens_requests); null without tokens. Filter per-token views on it.
+-- @column ok: False when the request failed (requests.status = 'error'); failed requests are left out of aggregates.
+-- @column e2e_ms: End-to-end latency, milliseconds (null when no span gives one); from the intended send time when the client recorded client.queue.
+-- @column e2e_source: Where e2e comes from: 'client' (client.request), 'server' (server.request) or 'extent' (first to last server-clock event).
+-- @column client_queue_ms: Time waiting in the load client after the intended send time (client.queue spans), milliseconds; null when the request has none.
+-- @column network_ms: client.request minus server.request, milliseconds; null when not both exist.
+-- @column queue_ms: Time in queue spans, milliseconds; null when the request has none.
+-- @column tokenize_ms: Time in tokenize spans, milliseconds; null when none.
+-- @column preprocess_ms: Time in preprocess spans, milliseconds; null when none.
+-- @column prefill_ms: Time in prefill spans, milliseconds; null when none.
+-- @column decode_ms: Time in decode spans, milliseconds; null when none.
+-- @column detokenize_ms: Time in detokenize spans, milliseconds; null when none.
+-- @column postprocess_ms: Time in postprocess spans, milliseconds; null when none.
+-- @column other_ms: server.request minus the phases, not below 0, milliseconds; null without server.request.
+-- @column server_ms: Duration of server.request, milliseconds; null when absent.
+-- @column ttft_ms: Time to first token, milliseconds (null without token index 0 or a start).
+-- @column ttft_source: 'client' or 'server': the clock TTFT (and TPOT) was measured on.
+-- @column tpot_ms: Time per output token after the first, milliseconds: (e2e - TTFT) / (output_tokens - 1).
+-- @column itl_mean_ms: Mean inter-token latency of the request, milliseconds (client-side when every token has client_recv_ns).
+-- @column output_tokens: Tokens generated (token rows, else requests.output_tokens).
+-- @column prompt_tokens: Prompt length, tokens (requests.prompt_tokens; null when not recorded).
+-- @column decode_tok_s: Per-request decode rate, tokens per second: 1000 / tpot_ms.
+-- @column start_ns: Server clock, nanoseconds: when the request started on the server (for timelines).
+-- @column end_ns: Server clock, nanoseconds: when the request ended on the server.
+-- @column bottleneck: The component with the most time in this request.
+CREATE OR REPLACE TEMP TABLE attribution_requests AS
+SELECT b.*, n.component AS bottleneck
+FROM _attribution_base AS b
+LEFT JOIN (
+    SELECT trace, request_id, first(ordinal ORDER BY ms DESC, ordinal) AS ordinal  -- ties: the earlier one
+    FROM _attribution_long WHERE ms IS NOT NULL GROUP BY trace, request_id
+) AS top USING (trace, request_id)
+LEFT JOIN _attribution_components AS n ON n.ordinal = top.ordinal;
 
 -- @table attribution_components
 -- The ten components over all successful requests: mean time where measured
 -- and share of the summed e2e. The share is the component's sum over requests
 -- divided by the sum of e2e (docs/trace-format.md); measured is false, and
 -- share null, when no request measured the component.
--- @column ordinal: Position in the order requests pass through (client_queue -1, in the load client before the request leaves it; network 0; other last).
+-- @column ordinal: Position in the order requests pass through (client_queue first, in the load client before the request leaves it; other last).
 -- @column component: Component name.
 -- @column measured: True when at least one request measured this component.
 -- @column requests: Requests that measured it (count).
@@ -190,26 +215,10 @@ FROM c;
 -- @column bottleneck: True for the measured component with the largest share (ties: the earlier one).
 CREATE OR REPLACE TEMP TABLE attribution_components AS
 WITH r AS (SELECT * FROM attribution_requests WHERE ok AND e2e_ms IS NOT NULL),
-long AS (
-    SELECT -1 AS ordinal, 'client_queue' AS component, client_queue_ms AS ms FROM r
-    UNION ALL SELECT 0, 'network', network_ms FROM r
-    UNION ALL SELECT 1, 'queue', queue_ms FROM r
-    UNION ALL SELECT 2, 'tokenize', tokenize_ms FROM r
-    UNION ALL SELECT 3, 'preprocess', preprocess_ms FROM r
-    UNION ALL SELECT 4, 'prefill', prefill_ms FROM r
-    UNION ALL SELECT 5, 'decode', decode_ms FROM r
-    UNION ALL SELECT 6, 'detokenize', detokenize_ms FROM r
-    UNION ALL SELECT 7, 'postprocess', postprocess_ms FROM r
-    UNION ALL SELECT 8, 'other', other_ms FROM r
-),
-names AS (
-    SELECT * FROM (VALUES (-1, 'client_queue'), (0, 'network'), (1, 'queue'), (2, 'tokenize'), (3, 'preprocess'),
-        (4, 'prefill'), (5, 'decode'), (6, 'detokenize'), (7, 'postprocess'), (8, 'other'))
-        AS v(ordinal, component)
-),
 agg AS (
     SELECT n.ordinal, n.component, count(l.ms) AS requests, favg(l.ms) AS ms, fsum(l.ms) AS total_ms
-    FROM names AS n LEFT JOIN long AS l USING (ordinal)
+    FROM _attribution_components AS n
+    LEFT JOIN (SELECT * FROM _attribution_long WHERE ok AND e2e_ms IS NOT NULL) AS l USING (ordinal)
     GROUP BY n.ordinal, n.component
 ),
 shares AS (

@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from analyzers.params import COMPONENTS
 from tracetool.errors import UsageError
 from tracetool.presets import dtype_bytes, gpu_preset, model_preset
+from tracetool.schema import COMPONENTS
 
 #: Tokenizer cost per prompt token, microseconds (docs/domain.md §1: 8k tokens in ~3-8 ms).
 TOKENIZE_US_PER_TOKEN = 0.7

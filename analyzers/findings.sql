@@ -87,7 +87,7 @@ SELECT * FROM (VALUES
 CREATE OR REPLACE TEMP TABLE findings AS
 -- One row of every finding's detail (null when it does not fire), unnested: one projection
 -- over the one-row inputs binds and optimises in a fraction of the time a UNION ALL of
--- 27 SELECTs takes (about 55 -> 15 ms per analysis).
+-- one SELECT per finding takes.
 WITH f AS (
     SELECT unnest([
     {'id': 'network-dominant', 'detail': CASE WHEN s.network_share IS NOT NULL AND (s.bottleneck = 'network' OR s.network_share >= t.supported_share)

@@ -67,17 +67,16 @@ def documented_objects() -> dict[str, SqlObject]:
     return {o.name: o for m in all_modules() for o in m.objects}
 
 
-#: Optimizer passes switched off while the modules build their objects. The join-order
-#: search was a third of the analyzers' fixed cost (~100 of ~280 ms on a small trace, where
-#: planning, not execution, is the time): every join here is per-request or per-trace tables
-#: joined on keys, written in a sensible order, and big traces got faster too (1M tokens:
-#: 0.65 -> 0.59 s). Queries a user types in the SQL console run with every pass on.
+#: Optimizer passes switched off while the modules build their objects. On a small trace,
+#: planning, not execution, is most of the time, and the join-order search was a large part of
+#: it: every join here is per-request or per-trace tables joined on keys, written in a sensible
+#: order, so the search finds nothing better (big traces got faster too; commit 854abe5 has the
+#: figures). Queries a user types in the SQL console run with every pass on.
 DISABLED_OPTIMIZERS = "join_order"
 #: For small traces (analyzers.connection.SINGLE_THREAD_ROWS), where the optimizer's passes cost
 #: more than they save: common subexpressions, expression rewriting, statistics and common
 #: subplans off as well. Same results (the analysis JSON compared byte for byte on the samples
-#: and generated traces); ~7-10 % less CPU per analysis (12k tokens: 273 -> 245 ms median of 9,
-#: chat sample 258 -> 233 ms), which is what a live view's rate is made of.
+#: and generated traces) for less CPU per analysis, which is what a live view's rate is made of.
 SMALL_DISABLED_OPTIMIZERS = "join_order,common_subexpressions,statistics_propagation,expression_rewriter,common_subplan"
 
 

@@ -22,9 +22,6 @@ from typing import Any
 from tracetool.errors import UsageError
 from tracetool.presets import dtype_bytes, gpu_preset, match_gpu_name, model_preset
 
-COMPONENTS = ("client_queue", "network", "queue", "tokenize", "preprocess", "prefill", "decode", "detokenize",
-              "postprocess", "other")
-
 
 @dataclass(frozen=True)
 class Thresholds:

@@ -8,7 +8,7 @@
 -- get no roofline; `note` says why. Failed requests are left out.
 
 -- The distinct non-null strings of a list, sorted and joined (string_agg(DISTINCT ... ORDER BY)
--- without the DISTINCT aggregate, which DuckDB plans as extra group-bys and joins: ~20 ms here).
+-- without the DISTINCT aggregate, which DuckDB plans as extra group-bys and joins).
 CREATE OR REPLACE MACRO _join_distinct(l, sep) AS
     CASE WHEN len(list_distinct(l)) > 0 THEN array_to_string(list_sort(list_distinct(l)), sep) END;
 

@@ -97,7 +97,7 @@ def serve_main(argv: list[str]) -> int:
     """``soak.py _serve OUT on|rec|off|twin|switch [FLUSH_S]``: one server, run in this process
     until SIGTERM; FLUSH_S is the live flush interval of ON and SWITCH (default ``LIVE_FLUSH_S``)."""
     out, mode = Path(argv[0]), argv[1]
-    from collectors.record import SAMPLERS, SamplerSpec
+    from collectors.launcher import SAMPLERS, SamplerSpec
     from tracetool.live.config import LiveConfig
     from tracetool.serving.runner import ServeConfig, run_server
 
@@ -119,7 +119,7 @@ def _switch_by_signals(names: Path) -> None:
     acknowledged on stderr after writing ``names``: native thread id -> thread name, for
     per-thread CPU from ``/proc`` (benchmarks/bench_live_flush.py). The benchmark's own server
     process only: the Recorder class is wrapped here to find the instance ``run_server`` makes."""
-    import collectors.recorder as cr
+    import tracetool.recorder as cr
 
     made: list[Any] = []
     base = cr.Recorder

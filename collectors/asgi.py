@@ -53,7 +53,7 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
-from collectors.recorder import Recorder, RequestHandle, now_ns
+from tracetool.recorder import Recorder, RequestHandle, now_ns
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

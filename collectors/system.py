@@ -5,7 +5,7 @@ This is what ``tracetool record`` / ``tracetool serve`` wire their flags to:
     handle = start_system_collectors(recorder, nvml_hz=args.nvml, pyspy_hz=args.pyspy, pid=child.pid)
 
 or, one sampler per flag with the ``start(recorder, hz, pid)`` signature of
-``collectors.record.SAMPLERS``: :func:`start_nvml` and :func:`start_pyspy`.
+``collectors.launcher.SAMPLERS``: :func:`start_nvml` and :func:`start_pyspy`.
 
 ``--nvml[=HZ]`` (default 10, at most 100) and ``--pyspy[=HZ]`` (default 100,
 at most 500) map to ``nvml_hz`` / ``pyspy_hz``; None leaves a collector off.

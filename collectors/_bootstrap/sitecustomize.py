@@ -13,7 +13,7 @@ def _record() -> None:
     if not os.environ.get("TRACETOOL_RECORD_DIR"):
         return
     try:
-        from collectors.record import start_in_child
+        from collectors.launcher import start_in_child
 
         start_in_child()
     except Exception as e:  # e.g. a Python without tracetool: the parent writes an empty trace

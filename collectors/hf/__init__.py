@@ -36,8 +36,8 @@ from collectors.hf.generate import (
     wrap_generate,
 )
 from collectors.hf.tokenizer import unwrap_tokenizer, wrap_tokenizer
-from collectors.recorder import Recorder
 from collectors.torch_hooks import instrument
+from tracetool.recorder import Recorder
 
 
 def instrument_hf(model: Any, tokenizer: Any, recorder: Recorder) -> Any:

@@ -15,7 +15,7 @@ from typing import Any
 
 from collectors.hf.generate import AUTO, _traced
 from collectors.hf.tokenizer import _patch_tokenizer_class
-from collectors.recorder import Recorder
+from tracetool.recorder import Recorder
 
 
 def _patch_generation(module: Any) -> None:

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from collectors.recorder import Recorder, current_request, now_ns
 from collectors.torch_hooks import Step, handle_of, instrument
+from tracetool.recorder import Recorder, current_request, now_ns
 
 _local = threading.local()
 #: The recorder :func:`collectors.hf.autopatch` traces every generate and tokenizer call into.

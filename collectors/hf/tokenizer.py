@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from collectors.hf.generate import AUTO, _Last, _local, _Tokenize, _tracker, span_for
-from collectors.recorder import Recorder, current_request, now_ns
+from tracetool.recorder import Recorder, current_request, now_ns
 
 #: Span name of tokenizer decodes made while ``generate`` runs (e.g. by a TextStreamer).
 STREAM_DETOKENIZE = "stream.detokenize"

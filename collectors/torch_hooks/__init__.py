@@ -55,8 +55,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from collectors.recorder import NULL, Recorder, RequestHandle, now_ns
 from collectors.torch_hooks.kv import cache_seq_len, input_shape, past_len
+from tracetool.recorder import NULL, Recorder, RequestHandle, now_ns
 from tracetool.schema import INT_NULL
 
 #: Raw step records: (step_id, start_ns, end_ns, batch, q_len, kv_len, prefill) on CPU; on CUDA a

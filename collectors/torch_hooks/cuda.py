@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from collectors.recorder import Recorder, now_ns
+from tracetool.recorder import Recorder, now_ns
 
 #: Raw CUDA step records are lists: [step_id, host_start_ns, host_end_ns, batch, q_len, kv_len,
 #: prefill, events, start_ns, end_ns]; ``events`` is the (start, end) pair until resolved, then None.

@@ -102,6 +102,16 @@ def test_a_failed_request_without_tokens_counts_as_failed(tmp_path: Any) -> None
     assert rows(con, "SELECT n, mean_ms FROM latency_percentiles WHERE metric = 'e2e'") == [{"n": 1, "mean_ms": 50.0}]
 
 
+def test_the_helper_table_lists_the_schemas_components(toy_con: Any) -> None:
+    """attribution.sql writes the components once, and they are the trace contract's."""
+    from tracetool.schema import COMPONENTS
+
+    got = rows(toy_con, "SELECT ordinal, component FROM _attribution_components ORDER BY ordinal")
+    assert [(r["ordinal"], r["component"]) for r in got] == list(enumerate(COMPONENTS))
+    long = rows(toy_con, "SELECT DISTINCT ordinal FROM _attribution_long ORDER BY ordinal")
+    assert [r["ordinal"] for r in long] == list(range(len(COMPONENTS))), "every component has its column"
+
+
 def test_client_queue_counts_in_e2e_ttft_and_its_own_component(tmp_path: Any) -> None:
     """A scheduled load run: due at 0, sent at 40 ms (client.queue), answered by 140 ms. e2e and TTFT
     count from the intended send; network is still client.request - server.request; TPOT unchanged."""
@@ -122,7 +132,7 @@ def test_client_queue_counts_in_e2e_ttft_and_its_own_component(tmp_path: Any) ->
                  "tpot_ms": pytest.approx(70 / 3), "other_ms": 30.0, "bottleneck": "decode"}
     comps = {c["component"]: c for c in rows(con, "SELECT * FROM attribution_components")}
     assert comps["client_queue"]["share"] == pytest.approx(40 / 140)
-    assert comps["client_queue"]["ordinal"] == -1
+    assert comps["client_queue"]["ordinal"] == 0
     assert sum(c["share"] or 0 for c in comps.values()) == pytest.approx(1.0)
 
 

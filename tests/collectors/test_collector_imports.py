@@ -9,7 +9,7 @@ import sys
 import pytest
 
 
-@pytest.mark.parametrize("module", ["collectors.torch_hooks", "collectors.hf", "collectors.record",
+@pytest.mark.parametrize("module", ["collectors.torch_hooks", "collectors.hf", "collectors.launcher",
                                     "collectors.demo", "tracetool.cli.record_cmd"])
 def test_importing_loads_no_heavy_library(module: str) -> None:
     code = f"import sys, json, {module}\nprint(json.dumps(sorted(sys.modules)))"

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from collectors.record import NO_TORCH_NOTE, NOT_LOADED_NOTE, SAMPLERS, SamplerSpec, run_recording
+from collectors.launcher import NO_TORCH_NOTE, NOT_LOADED_NOTE, SAMPLERS, SamplerSpec, run_recording
 from tracetool.reader import open_trace
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"

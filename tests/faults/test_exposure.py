@@ -273,7 +273,7 @@ def no_connect(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 def test_serve_refuses_a_hub_id_without_touching_the_network(model: str, cli: Any, tmp_path: Path,
                                                               no_connect: list[Any], monkeypatch: Any) -> None:
     monkeypatch.chdir(tmp_path)
-    r = cli("serve", "--model", model, "--port", 0, "-o", tmp_path / "t")
+    r = cli("serve", "--model-dir", model, "--port", 0, "-o", tmp_path / "t")
     assert r.code == 3, r.err
     lines = [ln for ln in r.err.splitlines() if ln.strip()]
     assert len(lines) == 1 and "never downloads" in lines[0], r.err
@@ -286,7 +286,7 @@ def test_a_local_directory_without_weights_is_not_completed_from_the_hub(cli: An
     d.mkdir()
     (d / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"],
                                                "_name_or_path": "meta-llama/Llama-3.1-8B"}))
-    r = cli("serve", "--model", d, "--port", 0, "-o", tmp_path / "t")
+    r = cli("serve", "--model-dir", d, "--port", 0, "-o", tmp_path / "t")
     assert r.code == 3, r.err
     assert len([ln for ln in r.err.splitlines() if ln.startswith("tracetool: error:")]) == 1, r.err
     assert "Traceback" not in r.err
@@ -296,7 +296,7 @@ def test_a_local_directory_without_weights_is_not_completed_from_the_hub(cli: An
 # -- the SQL console ---------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def console_view() -> Any:
-    from tracetool.source import DirectorySource
+    from tracetool.trace_source import DirectorySource
     from tracetool.tui.model import AnalysisOptions, analyse
 
     return analyse(DirectorySource((REPO / "sample_traces" / "chat",)), AnalysisOptions(), generation=1).view(None)

@@ -147,10 +147,12 @@ def test_an_exception_in_the_pyspy_sampler_is_counted(tmp_path: Path, monkeypatc
 
 def test_serve_stops_its_samplers_without_a_collector_error(tmp_path: Path) -> None:
     """Regression: serve called the SystemCollectors handle instead of its stop() (a TypeError, counted)."""
-    from tracetool.serving.runner import _start_samplers
+    import os
+
+    from collectors.launcher import start_samplers
 
     rec = Recorder(tmp_path / "t").start()
-    stops = _start_samplers(rec, {"nvml": 10.0})  # no NVML here: a handle that has nothing to stop
+    stops = start_samplers(rec, {"nvml": 10.0}, os.getpid())  # no NVML here: a handle that has nothing to stop
     assert len(stops) == 1
     for stop in stops:
         rec.guard(stop, where="sampler stop")

@@ -44,7 +44,7 @@ def missing_llama_server() -> str | None:
         importlib.metadata.distribution("llama-cpp-python")
     except importlib.metadata.PackageNotFoundError:
         return ("llama-cpp-python is not installed "
-                "(CMAKE_ARGS=-DGGML_NATIVE=OFF pip install 'llama-cpp-python[server]')")
+                "(CMAKE_ARGS=-DGGML_NATIVE=OFF pip install -e '.[llamacpp]')")
     absent = [m for m in SERVER_MODULES if importlib.util.find_spec(m) is None]
     if absent:
         return f"llama-cpp-python's server extra is not installed ({', '.join(absent)} missing)"

@@ -35,7 +35,7 @@ def test_serve_probe_merge_on_a_real_model(tmp_path: Path, smollm2_dir: Path, sm
     prompts = tmp_path / "prompts.txt"
     prompts.write_text(PROBE_PROMPT + "\n")
     texts = []
-    with server_process(server_dir, "--model", str(smollm2_dir), "--threads", "1", "--max-batch", "4") as (url, _):
+    with server_process(server_dir, "--model-dir", str(smollm2_dir), "--threads", "1", "--max-batch", "4") as (url, _):
         client = openai.OpenAI(base_url=url, api_key="none", max_retries=0)
         for i, q in enumerate(QUESTIONS):  # one at a time: batch 1, as plain generate runs it
             stream = client.chat.completions.create(

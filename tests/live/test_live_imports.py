@@ -36,7 +36,7 @@ def test_a_recording_host_never_loads_grpc(tmp_path) -> None:
 
 
 def test_live_source_is_a_trace_source_reachable_from_tracetool_source() -> None:
-    import tracetool.source as source_mod
+    import tracetool.trace_source as source_mod
     from tracetool.live.source import LiveSource
 
     assert source_mod.LiveSource is LiveSource
@@ -44,5 +44,5 @@ def test_live_source_is_a_trace_source_reachable_from_tracetool_source() -> None
     assert isinstance(src, source_mod.TraceSource) and src.live and src.refresh_s == 0.2
     assert src.label == "127.0.0.1:1" and src.snapshot() == []
     src.close()
-    top = _loaded("import tracetool.source")
+    top = _loaded("import tracetool.trace_source")
     assert "tracetool.live.source" not in top and "pyarrow._flight" not in top

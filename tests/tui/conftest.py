@@ -36,7 +36,7 @@ def make_app(snap: Callable[..., Any]) -> Callable[..., Any]:
     ``analysed=True`` hands the app a finished first analysis (as the CLI's Future
     does once it resolves), so tests start from a drawn overview.
     """
-    from tracetool.source import DirectorySource
+    from tracetool.trace_source import DirectorySource
     from tracetool.tui.app import TraceApp
 
     def make(*paths: Path, analysed: bool = True, **kw: Any) -> Any:
@@ -52,7 +52,7 @@ def snap() -> Callable[..., Any]:
     Analysing even a tiny trace costs the analyzers' fixed ~1 s of SQL setup on this
     machine; a snapshot is read-only, so tests share it.
     """
-    from tracetool.source import DirectorySource
+    from tracetool.trace_source import DirectorySource
     from tracetool.tui.model import AnalysisOptions, analyse
 
     cache: dict[Any, Any] = {}

@@ -18,7 +18,7 @@ from tui_traces import empty_trace
 
 from tracetool.errors import BadInput
 from tracetool.reader import Trace
-from tracetool.source import DirectorySource
+from tracetool.trace_source import DirectorySource
 from tracetool.tui.app import TraceApp
 from tracetool.tui.model import AnalysisOptions, analyse
 from tracetool.tui.screens.decode import DecodeScreen

@@ -15,7 +15,7 @@ import pytest
 from tui_traces import bad_trace
 
 from tracetool.errors import BadInput, TraceFormatError, UsageError
-from tracetool.source import DirectorySource, TraceSource
+from tracetool.trace_source import DirectorySource, TraceSource
 from tracetool.tui.model import ALL, AnalysisOptions, analyse
 from tracetool.tui.story import SUSPECTS, diagnosis, judge, stories
 
@@ -47,7 +47,7 @@ def test_bad_traces_fail_on_open(tmp_path: Path) -> None:
 
 
 def test_source_module_stays_headless() -> None:
-    code = ("import sys, json\nimport tracetool.source, tracetool.tui, tracetool.tui.model, tracetool.tui.story\n"
+    code = ("import sys, json\nimport tracetool.trace_source, tracetool.tui, tracetool.tui.model, tracetool.tui.story\n"
             "print(json.dumps(sorted(m.split('.')[0] for m in sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     loaded = set(json.loads(out.strip().splitlines()[-1]))
@@ -56,7 +56,7 @@ def test_source_module_stays_headless() -> None:
 
 def test_reading_and_analysing_never_import_pandas(chat: Path) -> None:
     """pandas costs ~0.4 s of the first paint; pyarrow imports it on any Python-to-Arrow conversion."""
-    code = ("import sys\nfrom tracetool.source import DirectorySource\nfrom tracetool.tui.model import "
+    code = ("import sys\nfrom tracetool.trace_source import DirectorySource\nfrom tracetool.tui.model import "
             f"AnalysisOptions, analyse\nanalyse(DirectorySource([{str(chat)!r}]), AnalysisOptions())\n"
             "print('pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

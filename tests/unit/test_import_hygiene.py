@@ -23,7 +23,7 @@ def loaded_after(statement: str) -> set[str]:
     ("import analyzers", {"textual", "torch", "pynvml", "transformers"}),
     ("import tracetool.cli", {"torch", "textual", "duckdb", "pynvml", "transformers", "pandas"}),
     ("import tracetool.reader, tracetool.writer", {"torch", "textual", "duckdb", "pandas"}),
-    ("import tracetool.source", {"torch", "textual", "duckdb", "pynvml", "transformers", "pandas"}),
+    ("import tracetool.trace_source", {"torch", "textual", "duckdb", "pynvml", "transformers", "pandas"}),
 ])
 def test_light_paths_stay_light(statement: str, forbidden: set[str]) -> None:
     loaded = loaded_after(statement)

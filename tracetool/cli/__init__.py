@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("tracetool.cli.serve_cmd:serve", "Run an OpenAI-compatible server (demo or local model) that records a trace."),
     "probe": ("tracetool.cli.serve_cmd:probe", "Load-test an OpenAI-compatible endpoint; TTFT/TPOT/ITL/e2e and a client trace."),
     "merge": ("tracetool.cli.serve_cmd:merge", "Join a client trace and a server trace on request id."),
-    "demo": ("tracetool.cli.serve_cmd:demo", "Serve the demo model, probe it, and show where the latency went."),
+    "demo": ("tracetool.cli.demo_cmd:demo", "Serve the demo model, probe it, and show where the latency went."),
     "record": ("tracetool.cli.record_cmd:record", "Run a Python program with the collectors and write its trace."),
     "import": ("tracetool.cli.import_cmd:import_", "Import a vLLM bench / GenAI-Perf / AIPerf / OTLP file as a trace."),
     "receive": ("tracetool.cli.receive_cmd:receive", "Receive OpenTelemetry spans (OTLP gRPC/HTTP) from vLLM, SGLang, TGI as a trace."),

@@ -12,7 +12,16 @@ from typing import Any
 
 import click
 
-from tracetool.cli.common import emit_json, fmt_ms, fmt_pct, json_option, warn
+from tracetool.cli.common import (
+    Roofline,
+    emit_json,
+    fmt_ms,
+    fmt_pct,
+    json_option,
+    roofline_options,
+    warn,
+)
+from tracetool.glyphs import NOT_MEASURED
 
 _SEVERITY_MARK = {"warning": "!", "info": "·"}
 _VERDICT_MARK = {"supported": "✓", "contributing": "~", "misdiagnosis": "✗", "unmeasured": "?"}
@@ -26,20 +35,14 @@ _VERDICT_MARK = {"supported": "✓", "contributing": "~", "misdiagnosis": "✗",
                    "prefill, decode, detokenize, postprocess, other), an alias (network-rtt, tokenizer, "
                    "queueing...), compute-bound ('decode is compute-bound') or throughput "
                    "('the server does thousands of tok/s').")
-@click.option("--model", help="Model preset (llama-3.1-8b, qwen2.5-72b, ...) or a config.json path, for the "
-                              "roofline; overrides meta.json.")
-@click.option("--gpu", help="GPU preset (h100-sxm, a100-80gb, h200, mi300x, ...); overrides meta.json.")
-@click.option("--gpus", "--tp", "gpus", type=click.IntRange(min=1), help="GPUs the model is sharded over.")
-@click.option("--weight-dtype", help="Weight dtype for --model (bf16, fp8, int4, ...).")
-@click.option("--kv-dtype", help="KV-cache dtype for --model (bf16, fp8, ...).")
+@roofline_options
 @click.option("--threshold", "thresholds", multiple=True, metavar="NAME=VALUE",
               help="Change a verdict or finding threshold, e.g. supported_share=0.4 (names in "
                    "docs/findings.md).")
 @click.option("--slo", default=None, metavar="KEY=MS,...",
               help="Service-level objectives (ttft_ms, tpot_ms, itl_ms, e2e_ms; attainment=0.99): goodput and "
                    "attainment in the output (slo).")
-def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], model: str | None,
-            gpu: str | None, gpus: int | None, weight_dtype: str | None, kv_dtype: str | None,
+def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], roofline: Roofline,
             thresholds: tuple[str, ...], slo: str | None) -> int:
     """Attribute each request's latency and say which story about it is wrong.
 
@@ -57,8 +60,7 @@ def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], mo
 
     spec = parse_slo(slo)
     th = analyzers.Thresholds().with_overrides(dict(analyzers.parse_threshold(t) for t in thresholds))
-    a = analyzers.analyze(list(traces), model=model, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype,
-                          kv_dtype=kv_dtype, claims=list(claims), thresholds=th)
+    a = analyzers.analyze(list(traces), claims=list(claims), thresholds=th, **roofline.kwargs())
     doc = a.to_json()
     if spec is not None:
         doc["slo"] = a.slo(spec)
@@ -69,11 +71,12 @@ def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], mo
     if as_json:
         emit_json(doc)
     else:
-        _report(doc)
+        print_analysis(doc)
     return 0
 
 
-def _report(doc: dict[str, Any]) -> None:
+def print_analysis(doc: dict[str, Any]) -> None:
+    """The readable form of an ``analyze --json`` document (``analyze``, ``demo``)."""
     echo = click.echo
     traces = doc["traces"]
     where = traces[0]["path"] if len(traces) == 1 else f"{len(traces)} traces"
@@ -96,17 +99,17 @@ def _report(doc: dict[str, Any]) -> None:
     echo(f"  {'latency':<8} {'clock':<7} {'n':>9} {'mean':>10} {'p50':>10} {'p90':>10} {'p95':>10} {'p99':>10}")
     for key in ("e2e", "ttft", "itl", "tpot"):
         p = doc[f"{key}_ms"]
-        echo(f"  {key:<8} {p['clock'] or '-':<7} {p['n']:>9,} " + " ".join(
+        echo(f"  {key:<8} {p['clock'] or NOT_MEASURED:<7} {p['n']:>9,} " + " ".join(
             f"{fmt_ms(p[q]):>10}" for q in ("mean", "p50", "p90", "p95", "p99")))
     d = doc["decode"]
     echo("")
     if d["per_request_tok_s"] is not None:
-        agg = f"{d['aggregate_tok_s']:,.0f}" if d["aggregate_tok_s"] is not None else "-"
+        agg = f"{d['aggregate_tok_s']:,.0f}" if d["aggregate_tok_s"] is not None else NOT_MEASURED
         echo(f"decode   {d['per_request_tok_s']:,.1f} tok/s per request · {agg} tok/s aggregate")
     fit = d["fit"]
     if fit:
         sign = "-" if fit["per_1k_kv_ms"] < 0 else "+"
-        r2 = "-" if fit["r2"] is None else f"{fit['r2']:.2f}"
+        r2 = NOT_MEASURED if fit["r2"] is None else f"{fit['r2']:.2f}"
         echo(f"  fit    {fit['basis']} = {fmt_ms(fit['base_ms'], 2)} {sign} {abs(fit['per_1k_kv_ms']):.3f} ms per 1k KV "
              f"(r² {r2}, {fit['n']:,} tokens, kv {fit['kv_len_min']:,}-{fit['kv_len_max']:,})")
     if roof:
@@ -139,7 +142,7 @@ def _report(doc: dict[str, Any]) -> None:
         echo(f"  {'trace':<24} {'requests':>9} {'e2e p50':>10} {'ttft p50':>10} {'itl p50':>10}  bottleneck")
         for t in traces:
             echo(f"  {t['trace'][:24]:<24} {t['requests']:>9,} {fmt_ms(t['e2e_ms']['p50']):>10} "
-                 f"{fmt_ms(t['ttft_ms']['p50']):>10} {fmt_ms(t['itl_ms']['p50']):>10}  {t['bottleneck'] or '-'}")
+                 f"{fmt_ms(t['ttft_ms']['p50']):>10} {fmt_ms(t['itl_ms']['p50']):>10}  {t['bottleneck'] or NOT_MEASURED}")
 
 
 @click.command()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from tracetool.cli.common import emit_json, json_option, warn
+from tracetool.cli.common import Roofline, emit_json, json_option, roofline_options, warn
 from tracetool.errors import EXIT_INTERRUPTED, BadInput, UsageError
 from tracetool.live.config import LIVE_FLUSH_S
 from tracetool.live.priority import OBSERVER_NICE, observer_priority
@@ -88,9 +88,7 @@ def live_config(live: str | None, token: str | None, tls_cert: Path | None,
 @click.option("--duration", type=click.FloatRange(0, min_open=True), default=None,
               help="With --record: seconds to record.")
 @click.option("--force", is_flag=True, help="With --record: replace the trace in a non-empty directory.")
-@click.option("--model", help="Model preset or config.json path for the roofline; overrides the servers' meta.")
-@click.option("--gpu", help="GPU preset (h100-sxm, ...); overrides the servers' meta.")
-@click.option("--gpus", "--tp", "gpus", type=click.IntRange(min=1), help="GPUs the model is sharded over.")
+@roofline_options
 @click.option("--theme", type=click.Choice(["dark", "light"]), default="dark", show_default=True,
               help="Colour theme (T toggles it in the app).")
 @click.option("--nice", type=click.IntRange(0, 19), default=OBSERVER_NICE, show_default=True,
@@ -101,8 +99,8 @@ def live_config(live: str | None, token: str | None, tls_cert: Path | None,
 @json_option
 def attach(addresses: tuple[str, ...], token: str | None, tls: bool, tls_root: Path | None, window_s: float,
            window_requests: int | None, refresh_s: float, no_history: bool, record_dir: Path | None,
-           duration: float | None, force: bool, model: str | None, gpu: str | None, gpus: int | None,
-           theme: str, nice: int, connect_timeout: float, as_json: bool) -> int:
+           duration: float | None, force: bool, roofline: Roofline, theme: str, nice: int,
+           connect_timeout: float, as_json: bool) -> int:
     """Watch running servers live, or record their stream (ADDR is the HOST:PORT given to --live).
 
     \b
@@ -143,33 +141,25 @@ def attach(addresses: tuple[str, ...], token: str | None, tls: bool, tls_root: P
         if record_dir is not None and duration is not None:
             return _record(addrs, record_dir, duration, options, force, as_json)
         spec = WindowSpec(seconds=window_s or None, requests=window_requests)
-        return _watch(addrs, options, spec, refresh_s, model, gpu, gpus, theme, connect_timeout)
+        return _watch(addrs, options, spec, refresh_s, roofline, theme, connect_timeout)
 
 
 def _watch(addrs: list[Address], options: ClientOptions, spec: WindowSpec, refresh_s: float,
-           model: str | None, gpu: str | None, gpus: int | None, theme: str, connect_timeout: float) -> int:
+           roofline: Roofline, theme: str, connect_timeout: float) -> int:
     from tracetool.live.source import LiveSource
-    from tracetool.presets import gpu_preset, model_preset
+    from tracetool.tui import launch
     from tracetool.tui.model import AnalysisOptions
 
-    if model:
-        model_preset(model)  # an unknown preset is a usage error before anything is drawn
-    if gpu:
-        gpu_preset(gpu)
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
         raise UsageError("tracetool attach needs an interactive terminal (stdin and stderr must be a TTY); "
                          "use --record DIR --duration S to save the stream instead")
     source = LiveSource(addrs, options=options, window=spec, refresh_s=refresh_s)
     try:
         source.wait_first(connect_timeout)  # a refused token or failed TLS: exit 3 before drawing
-        import analyzers  # noqa: F401  (imported before textual: see tui_cmd)
-        from tracetool.tui.app import TraceApp
-
-        app = TraceApp(source, AnalysisOptions(model=model, gpu=gpu, gpus=gpus), theme=theme)
-        app.run()
-    finally:
+    except BaseException:
         source.close()
-    return app.return_code or 0
+        raise
+    return launch(source, AnalysisOptions(**roofline.kwargs()), theme=theme)
 
 
 def _record(addrs: list[Address], out: Path, duration: float, options: ClientOptions, force: bool,

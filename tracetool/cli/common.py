@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 import click
+
+from tracetool.glyphs import NOT_MEASURED
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -19,6 +23,90 @@ def json_option(fn: F) -> F:
     """``--json``: emit the command's documented, versioned JSON on stdout instead of text."""
     return click.option("--json", "as_json", is_flag=True,
                         help="Print machine-readable JSON on stdout (schema in docs/).")(fn)
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """What ``--model``, ``--gpu``, ``--gpus``, ``--weight-dtype`` and ``--kv-dtype`` say: the
+    model and hardware the decode roofline is computed for (None: meta.json's)."""
+
+    model: str | None = None
+    gpu: str | None = None
+    gpus: int | None = None
+    weight_dtype: str | None = None
+    kv_dtype: str | None = None
+
+    def kwargs(self) -> dict[str, Any]:
+        """As keyword arguments of :func:`analyzers.analyze`."""
+        return asdict(self)
+
+
+def _check_preset(kind: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A callback that refuses an unknown preset or dtype while the options are parsed (exit 2),
+    before any trace is read or anything drawn."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value is not None:
+            from tracetool import presets
+
+            {"model": presets.model_preset, "gpu": presets.gpu_preset, "dtype": presets.dtype_bytes}[kind](value)
+        return value
+
+    return check
+
+
+_ROOFLINE_FIELDS = ("model", "gpu", "gpus", "weight_dtype", "kv_dtype")
+
+
+def roofline_options(fn: F) -> F:
+    """The roofline options every analysing command shares (``analyze``, ``tui``, ``attach``,
+    ``report``); the command gets them as one ``roofline: Roofline`` argument."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        roofline = Roofline(**{k: kwargs.pop(k) for k in _ROOFLINE_FIELDS})
+        return fn(*args, roofline=roofline, **kwargs)
+
+    opts = [
+        click.option("--model", callback=_check_preset("model"),
+                     help="Model preset (llama-3.1-8b, qwen2.5-72b, ...) or a config.json path, for the "
+                          "roofline; overrides meta.json."),
+        click.option("--gpu", callback=_check_preset("gpu"),
+                     help="GPU preset (h100-sxm, a100-80gb, h200, mi300x, ...); overrides meta.json."),
+        click.option("--gpus", "--tp", "gpus", type=click.IntRange(min=1), help="GPUs the model is sharded over."),
+        click.option("--weight-dtype", callback=_check_preset("dtype"),
+                     help="Weight dtype for --model (bf16, fp8, int4, ...)."),
+        click.option("--kv-dtype", callback=_check_preset("dtype"), help="KV-cache dtype for --model (bf16, fp8, ...)."),
+    ]
+    out: Any = wrapper
+    for opt in reversed(opts):
+        out = opt(out)
+    return out
+
+
+def old_spelling(old: str, new: str, dest: str, **option: Any) -> Callable[[F], F]:
+    """Keep accepting ``old``, the former name of the option ``new`` (value ``dest``), hidden from
+    ``--help``, with a one-line notice on stderr; both at once is a usage error. Put it above the
+    ``new`` option."""
+    hidden = f"old_{dest}"
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            value = kwargs.pop(hidden)
+            if value is not None:
+                if kwargs.get(dest) is not None:
+                    from tracetool.errors import UsageError
+
+                    raise UsageError(f"{old} is the old name of {new}: give one of them")
+                warn(f"{old} is now {new} here (the old name still works, for now)")
+                kwargs[dest] = value
+            return fn(*args, **kwargs)
+
+        out: Any = click.option(old, hidden, default=None, hidden=True, **option)(wrapper)
+        return out
+
+    return decorate
 
 
 def emit_json(obj: Any) -> None:
@@ -65,16 +153,16 @@ def sigterm_as_ctrl_c() -> Iterator[None]:
 
 
 def fmt_int(n: int | None) -> str:
-    return "-" if n is None else f"{n:,}"
+    return NOT_MEASURED if n is None else f"{n:,}"
 
 
 def fmt_ms(x: float | None, digits: int = 1) -> str:
     if x is None:
-        return "-"
+        return NOT_MEASURED
     if abs(x) >= 1000:
         return f"{x / 1000:.2f} s"
     return f"{x:.{digits}f} ms"
 
 
 def fmt_pct(share: float | None) -> str:
-    return "-" if share is None else f"{share * 100:.1f} %"
+    return NOT_MEASURED if share is None else f"{share * 100:.1f} %"

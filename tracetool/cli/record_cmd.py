@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from collectors.record import run_recording
+from collectors.launcher import run_recording
 from tracetool.cli.attach_cmd import live_config, live_options
 from tracetool.cli.samplers import chosen_samplers, sampler_options
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from tracetool.cli.common import warn
+from tracetool.cli.common import Roofline, roofline_options, warn
 from tracetool.errors import EXIT_OK, EXIT_THRESHOLD, BadInput
 
 
@@ -32,16 +32,14 @@ from tracetool.errors import EXIT_OK, EXIT_THRESHOLD, BadInput
 @click.option("--tolerance", "tolerance_pct", type=click.FloatRange(min=0), metavar="PCT",
               help="Slowdown the default regression checks allow, percent (default 5, or [report] "
                    "tolerance_pct).")
-@click.option("--model", help="Model preset or config.json for the roofline (as in analyze).")
-@click.option("--gpu", help="GPU preset for the roofline (as in analyze).")
+@roofline_options
 @click.option("--claim", "claims", multiple=True, metavar="NAME",
               help="A story to judge (repeatable; as in analyze): network-rtt, tokenizer, ...")
 @click.option("--slo", default=None, metavar="KEY=MS,...",
               help="Service-level objectives (ttft_ms, tpot_ms, itl_ms, e2e_ms): goodput and attainment in the "
                    "report, judged by the budget's goodput_min and slo_attainment_min (default: the budget's slo).")
 def report(trace: Path, baseline: Path | None, budget_file: Path | None, fmt: str, output: Path | None,
-           tolerance_pct: float | None, model: str | None, gpu: str | None, claims: tuple[str, ...],
-           slo: str | None) -> int:
+           tolerance_pct: float | None, roofline: Roofline, claims: tuple[str, ...], slo: str | None) -> int:
     """Latency report and CI gate for TRACE: percentiles, breakdown, findings, checks.
 
     Prints TTFT/ITL/TPOT/e2e percentiles, where the time went, the analysis'
@@ -64,8 +62,8 @@ def report(trace: Path, baseline: Path | None, budget_file: Path | None, fmt: st
     budget = load_budget(budget_file) if budget_file is not None else Budget()
     budget.require_baseline(baseline is not None)  # a usage error before minutes of analysis
     spec = spec or parse_slo(budget.slo)
-    run = analyse(trace, model=model, gpu=gpu, claims=claims, slo=spec)
-    base = analyse(baseline, role="baseline", model=model, gpu=gpu) if baseline is not None else None
+    run = analyse(trace, claims=claims, slo=spec, **roofline.kwargs())
+    base = analyse(baseline, role="baseline", **roofline.kwargs()) if baseline is not None else None
     for w in run.warnings:
         warn(w)
     for w in base.warnings if base else []:

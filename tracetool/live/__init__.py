@@ -12,7 +12,7 @@
 * :mod:`tracetool.live.window` — the sliding window (last N seconds, last N
   requests) a viewer analyses;
 * :mod:`tracetool.live.source` — :class:`~tracetool.live.source.LiveSource`,
-  the :class:`~tracetool.source.TraceSource` of ``tracetool attach``;
+  the :class:`~tracetool.trace_source.TraceSource` of ``tracetool attach``;
 * :mod:`tracetool.live.headless` — ``tracetool attach --record``: a live
   stream saved as a v1 trace;
 * :mod:`tracetool.live.config`, :mod:`tracetool.live.protocol` — options,

@@ -8,7 +8,8 @@ viewer into a server that cannot exit. In its own process the endpoint is
 given ``close_timeout_s`` and then ends with ``os._exit``, whatever gRPC is
 doing; the host never loads a gRPC server at all.
 
-Host side (:class:`LiveSidecar`, what ``Recorder(live=...)`` starts):
+Host side (:class:`LiveSidecar`, what ``Recorder(live=...)`` starts through
+:meth:`LiveConfig.start_live <tracetool.live.config.LiveConfig.start_live>`):
 
 * the writer's listener (:meth:`LiveSidecar.on_batch`) appends the batch to
   a bounded queue (``queue_rows``) and returns: the flusher never waits;
@@ -144,6 +145,10 @@ class LiveSidecar:
         self._forwarder = threading.Thread(target=self._forward, name="tracetool-live-forward", daemon=True)
         self._forwarder.start()
         return self
+
+    def finish(self, writer: TraceWriter) -> None:
+        """Before ``writer``'s trace closes: what this endpoint served goes into its ``meta.json``."""
+        finish_live(writer, self)
 
     def close(self) -> dict[str, Any]:
         """Stop the endpoint (after the batches already queued) and return its last stats. Idempotent."""

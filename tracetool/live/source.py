@@ -1,4 +1,4 @@
-"""``LiveSource``: live servers as a :class:`~tracetool.source.TraceSource` (``tracetool attach``).
+"""``LiveSource``: live servers as a :class:`~tracetool.trace_source.TraceSource` (``tracetool attach``).
 
 One :class:`~tracetool.live.client.ServerConnection` and one
 :class:`~tracetool.live.window.ServerWindow` per address. ``snapshot()``

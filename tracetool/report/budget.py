@@ -30,6 +30,7 @@ from typing import Any
 
 from tracetool.errors import BadInput, UsageError
 from tracetool.report.stats import STATS
+from tracetool.schema import COMPONENTS  # a share budget can name any component of the attribution
 from tracetool.slo import parse_slo
 
 if sys.version_info >= (3, 11):
@@ -39,9 +40,6 @@ else:  # pragma: no cover - Python 3.10
 
 #: Latency metrics a budget can name, in display order.
 METRICS = ("ttft", "itl", "tpot", "e2e")
-#: Components a share budget can name (the attribution's nine, analyzers.COMPONENTS).
-COMPONENTS = ("client_queue", "network", "queue", "tokenize", "preprocess", "prefill", "decode", "detokenize",
-              "postprocess", "other")
 #: Budgets on the SLOs (the budget's ``slo`` string, or ``report --slo``).
 SLO_KEYS = ("goodput_min", "slo_attainment_min")
 #: The statistics the default regression checks gate on.

@@ -61,7 +61,8 @@ class Run:
 
 
 def analyse(path: str | os.PathLike[str], *, role: str = "trace", model: str | None = None,
-            gpu: str | None = None, claims: Sequence[str] = (), slo: SLO | None = None) -> Run:
+            gpu: str | None = None, gpus: int | None = None, weight_dtype: str | None = None,
+            kv_dtype: str | None = None, claims: Sequence[str] = (), slo: SLO | None = None) -> Run:
     """Analyse one trace (or a directory of traces) for the report.
 
     Raises:
@@ -74,7 +75,8 @@ def analyse(path: str | os.PathLike[str], *, role: str = "trace", model: str | N
     prefix = "baseline: " if role == "baseline" else ""
     try:
         traces = analyzers.load_traces(Path(path))
-        a = analyzers.analyze(traces, model=model, gpu=gpu, claims=list(claims))
+        a = analyzers.analyze(traces, model=model, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype,
+                              kv_dtype=kv_dtype, claims=list(claims))
     except TracetoolError as e:
         if not prefix:
             raise

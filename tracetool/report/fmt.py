@@ -6,14 +6,16 @@ import math
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
+from tracetool.glyphs import NOT_MEASURED
+
 #: Display names of the latency metrics.
 METRIC_NAMES = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "e2e"}
 
 
 def ms(x: float | None) -> str:
-    """Milliseconds for people: ``1.23 s``, ``161.0 ms``, ``4.64 ms``; ``–`` when not measured."""
+    """Milliseconds for people: ``1.23 s``, ``161.0 ms``, ``4.64 ms``; ``NOT_MEASURED`` when not measured."""
     if x is None:
-        return "–"
+        return NOT_MEASURED
     if abs(x) >= 1000:
         return f"{fixed(x / 1000, 2)} s"
     if abs(x) >= 10:
@@ -40,15 +42,15 @@ def limit_ms(x: float) -> str:
 
 
 def pct(x: float | None, sign: bool = True) -> str:
-    """A percentage given in percent: ``+5.3 %``; ``–`` when unknown."""
+    """A percentage given in percent: ``+5.3 %``; ``NOT_MEASURED`` when unknown."""
     if x is None:
-        return "–"
+        return NOT_MEASURED
     return f"{fixed(x, 1, sign)} %"
 
 
 def share(x: float | None) -> str:
     """A fraction shown as a percentage: ``23.4 %``."""
-    return "–" if x is None else f"{fixed(x * 100, 1)} %"
+    return NOT_MEASURED if x is None else f"{fixed(x * 100, 1)} %"
 
 
 def stat_name(stat: str, metric: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tracetool.glyphs import NOT_MEASURED
 from tracetool.report import fmt
 
 STATUS_MARK = {"pass": "✅", "warn": "⚠️", "fail": "❌", "skip": "⚪"}
@@ -46,11 +47,11 @@ def render_markdown(doc: dict[str, Any]) -> str:
         conf = f"{s['confidence'] * 100:g} % CI"
         rows = []
         for c in doc["comparison"]:
-            ci = ("–" if c["ci_low_pct"] is None
+            ci = (NOT_MEASURED if c["ci_low_pct"] is None
                   else f"{fmt.pct(c['ci_low_pct'])} … {fmt.pct(c['ci_high_pct'])}")
-            p = "–" if c["mann_whitney_p"] is None else f"{c['mann_whitney_p']:.3f}"
+            p = NOT_MEASURED if c["mann_whitney_p"] is None else f"{c['mann_whitney_p']:.3f}"
             rows.append([fmt.stat_name(c["stat"], c["metric"]), fmt.ms(c["baseline_ms"]), fmt.ms(c["candidate_ms"]),
-                         fmt.pct(c["delta_pct"]), ci, p, c["change"] or c["note"] or "–"])
+                         fmt.pct(c["delta_pct"]), ci, p, c["change"] or c["note"] or NOT_MEASURED])
         out += table(["statistic", "baseline", "this run", "change", conf, "Mann-Whitney p", ""], rows, "lrrrlrl")
         out.append("")
         out.append(f"<sub>{conf}: percentile bootstrap, {s['bootstrap']:,} resamples (seed {s['seed']}), "
@@ -112,7 +113,7 @@ def _requests(r: dict[str, Any]) -> str:
 
 def _measured(c: dict[str, Any]) -> str:
     if c["value"] is None:
-        return "–"
+        return NOT_MEASURED
     if c["unit"] == "pct":
         return f"{fmt.pct(c['value'])} ({fmt.pct(c['ci_low'])} … {fmt.pct(c['ci_high'])})"
     if c["unit"] == "ms":
@@ -125,7 +126,7 @@ def _measured(c: dict[str, Any]) -> str:
 def _latency_table(lat: dict[str, Any]) -> list[str]:
     rows = []
     for m, p in lat.items():
-        rows.append([fmt.METRIC_NAMES[m], p["clock"] or "–", f"{p['n']:,}",
+        rows.append([fmt.METRIC_NAMES[m], p["clock"] or NOT_MEASURED, f"{p['n']:,}",
                      *(fmt.ms(p[k]) for k in ("mean", "p50", "p90", "p95", "p99"))])
     return table(["metric", "clock", "n", "mean", "p50", "p90", "p95", "p99"], rows, "llrrrrrr")
 

@@ -1,4 +1,7 @@
-"""``tracetool demo``: serve the demo model, probe it, merge both traces, show the result.
+"""``tracetool demo``'s recording: serve the demo model, probe it, merge both traces.
+
+What the command shows of the result (the analysis, the TUI) is the CLI's
+(:mod:`tracetool.cli.demo_cmd`); this module only makes the trace.
 
 The server runs as a child process (``tracetool serve --port 0``) so the
 client's event loop and the server's engine do not share one interpreter
@@ -21,9 +24,12 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from tracetool.errors import BadInput, UsageError
+
+if TYPE_CHECKING:
+    from tracetool.serving.probe import ProbeResult
 
 READY_PREFIX = "tracetool: serving "
 
@@ -45,13 +51,11 @@ CHAT_PROMPTS = (
 class DemoConfig:
     out: Path | None = None
     force: bool = False
-    tui: bool = True
     n: int = 16
     concurrency: int = 4
     prompt_tokens: int = 64
     max_tokens: int = 24
     rtt_ms: float = 0.0
-    as_json: bool = False
     max_batch: int = 4
     start_timeout_s: float = 180.0
     #: None: the demo model; "smollm2": SmolLM2-135M-Instruct (collectors.demo.smollm2); else a
@@ -114,17 +118,27 @@ def stop_process(proc: subprocess.Popen[Any], timeout_s: float = 30.0) -> int | 
     return proc.returncode
 
 
-def run_demo(cfg: DemoConfig, stderr: TextIO = sys.stderr) -> int:
+@dataclass
+class DemoRun:
+    """What :func:`record_demo` made: the joined trace and what the probe saw."""
+
+    out: Path
+    probe: ProbeResult
+
+
+def record_demo(cfg: DemoConfig, stderr: TextIO = sys.stderr) -> DemoRun:
+    """Serve the model in a child process, probe it (through a delay proxy with ``rtt_ms``),
+    and merge the client and server traces into ``cfg.out`` (a new temporary directory when
+    None). Progress goes to ``stderr``.
+
+    Raises:
+        UsageError: a bad ``--model`` or a non-empty ``out`` without ``force``.
+        BadInput: the server did not start.
+    """
     from tracetool.merge import merge_traces
     from tracetool.reader import open_trace
     from tracetool.serving.probe import ProbeConfig, run_probe
     from tracetool.serving.proxy import DelayProxy
-    from tracetool.serving.report import (
-        attribution,
-        print_attribution,
-        print_probe_report,
-        probe_report,
-    )
     from tracetool.serving.runner import check_out
 
     model_dir = resolve_model(cfg.model, stderr)  # before anything is created: a usage error leaves nothing
@@ -139,7 +153,7 @@ def run_demo(cfg: DemoConfig, stderr: TextIO = sys.stderr) -> int:
         extra: tuple[str, ...] = ("--threads", "1", "--max-batch", str(cfg.max_batch))
         prompts: Path | None = None
         if model_dir is not None:
-            extra += ("--model", str(model_dir))
+            extra += ("--model-dir", str(model_dir))
             prompts = work / "prompts.txt"
             prompts.write_text("\n".join(CHAT_PROMPTS) + "\n", encoding="utf-8")
         with server_process(server_dir, *extra, timeout_s=cfg.start_timeout_s, stderr=stderr) as (url, _), \
@@ -163,22 +177,7 @@ def run_demo(cfg: DemoConfig, stderr: TextIO = sys.stderr) -> int:
         shutil.rmtree(work, ignore_errors=True)
     stderr.write(f"tracetool: demo trace written to {out}\n")
     stderr.flush()
-    report = probe_report(result)
-    report["trace"] = str(out)
-    if cfg.as_json:
-        from tracetool.cli.common import emit_json
-
-        emit_json({**report, "attribution": attribution(open_trace(out))})
-        return 0
-    if cfg.tui and _can_open_tui():
-        from tracetool.cli import run
-
-        return run(["tui", str(out)])
-    print_probe_report(report)
-    print()
-    if not _analyze(out):
-        print_attribution(attribution(open_trace(out)))
-    return 0
+    return DemoRun(out=out, probe=result)
 
 
 def resolve_model(model: str | None, stderr: TextIO) -> Path | None:
@@ -209,18 +208,3 @@ def _host_port(url: str) -> tuple[str, int]:
     hostport = url.split("://", 1)[1].split("/", 1)[0]
     host, _, port = hostport.rpartition(":")
     return host.strip("[]"), int(port)
-
-
-def _can_open_tui() -> bool:
-    from tracetool.cli import COMMANDS
-
-    return "tui" in COMMANDS and sys.stdout.isatty() and sys.stdin.isatty()
-
-
-def _analyze(out: Path) -> bool:
-    """Print ``tracetool analyze OUT`` when the analyzers are installed; False when they are not."""
-    from tracetool.cli import COMMANDS, run
-
-    if "analyze" not in COMMANDS:
-        return False
-    return run(["analyze", str(out)]) == 0

@@ -32,8 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from collectors.recorder import NULL, Recorder, RequestHandle, now_ns
 from tracetool.notices import say_once
+from tracetool.recorder import NULL, Recorder, RequestHandle, now_ns
 from tracetool.serving.batch import KVBatch, batchable
 
 Event = tuple[Any, ...]

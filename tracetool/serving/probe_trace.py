@@ -25,7 +25,7 @@ class ProbeTraces:
     (``OUT/warmup``, ``meta.json`` ``probe.warmup: true``): recorded, kept out of the analysis of OUT."""
 
     def __init__(self, out: Path, meta: dict[str, Any], setup_connect: tuple[int, int] | None) -> None:
-        from collectors.recorder import Recorder
+        from tracetool.recorder import Recorder
 
         self.out, self.meta = Path(out), meta
         self.main = Recorder(out, meta=meta, flush_interval_s=0.5).start()
@@ -37,7 +37,7 @@ class ProbeTraces:
 
     def record(self, r: RequestResult) -> None:
         if r.warmup and self.warm is None:
-            from collectors.recorder import Recorder
+            from tracetool.recorder import Recorder
 
             meta = {**self.meta, "probe": {**self.meta["probe"], "warmup": True}}
             self.warm = Recorder(self.out / WARMUP_DIR, meta=meta, flush_interval_s=0.5).start()

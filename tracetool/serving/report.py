@@ -1,18 +1,15 @@
-"""What ``tracetool probe`` and ``tracetool demo`` print: metrics, failures, where the time went.
+"""What ``tracetool probe`` (and ``tracetool demo``, before the analysis) print: metrics, failures.
 
 ``probe_report`` is the documented ``--json`` object (``version`` 1); the text
-form prints the same numbers. ``attribution`` applies the attribution rule of
-docs/trace-format.md to a trace in plain Python, for the demo's summary when
-the analyzers are not installed.
+form prints the same numbers. Where the time went is the analyzers' to say
+(``tracetool analyze``), never computed a second way here.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from typing import Any
 
-from tracetool.reader import Trace
-from tracetool.schema import CLIENT_QUEUE, CLIENT_REQUEST, COMPONENTS, PHASES, SERVER_REQUEST
 from tracetool.serving.metrics import Timing, format_table, latency_metrics, stats
 from tracetool.serving.probe import ProbeResult
 from tracetool.serving.schedule import (
@@ -218,51 +215,3 @@ def _network_bound(metrics: dict[str, Any]) -> dict[str, Any] | None:
     rtt = c["p50"]
     return {"basis": "tcp-connect", "rtt_ms": rtt, "connections": c["n"], "round_trips": BOUND_ROUND_TRIPS,
             "rtt_share": rtt / e["mean"], "bound_share": BOUND_ROUND_TRIPS * rtt / e["mean"]}
-
-
-def attribution(trace: Trace) -> dict[str, Any]:
-    """Per-component sums and shares over the trace's successful requests (the documented rule)."""
-    failed = {r["request_id"] for r in trace.table("requests").to_pylist() if r.get("status") == "error"}
-    dur: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    spans = trace.table("spans")
-    for rid, name, s, e in zip(spans.column("request_id").to_pylist(), spans.column("name").to_pylist(),
-                               spans.column("start_ns").to_pylist(), spans.column("end_ns").to_pylist(),
-                               strict=True):
-        if rid and rid not in failed:
-            dur[rid][name] += e - s
-    sums: dict[str, int] = defaultdict(int)
-    measured: set[str] = set()
-    e2e_total = 0
-    for d in dur.values():
-        c, s = d.get(CLIENT_REQUEST), d.get(SERVER_REQUEST)
-        e2e = c + d.get(CLIENT_QUEUE, 0) if c is not None else s
-        if e2e is None:
-            continue
-        e2e_total += e2e
-        if c is not None and CLIENT_QUEUE in d:
-            sums["client_queue"] += d[CLIENT_QUEUE]
-            measured.add("client_queue")
-        if c is not None and s is not None:
-            sums["network"] += c - s
-            measured.add("network")
-        for ph in PHASES:
-            if ph in d:
-                sums[ph] += d[ph]
-                measured.add(ph)
-        if s is not None:
-            sums["other"] += max(0, s - sum(d.get(ph, 0) for ph in PHASES))
-            measured.add("other")
-    comps = COMPONENTS
-    return {"requests": len(dur), "e2e_ms": e2e_total / 1e6,
-            "components": {k: {"ms": sums[k] / 1e6 if k in measured else None,
-                               "share": (sums[k] / e2e_total if e2e_total else None) if k in measured else None}
-                           for k in comps}}
-
-
-def print_attribution(att: dict[str, Any]) -> None:
-    print(f"where the time went ({att['requests']} requests, sum of e2e {att['e2e_ms']:.0f} ms):")
-    for name, v in att["components"].items():
-        if v["share"] is None:
-            continue
-        bar = "#" * round(v["share"] * 40)
-        print(f"  {name:<12}{v['share'] * 100:6.1f} %  {v['ms']:10.1f} ms  {bar}")

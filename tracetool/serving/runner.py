@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import os
 import signal
 import socket
@@ -44,7 +43,7 @@ class ServeConfig:
     #: torch CPU threads (None: torch's choice)
     threads: int | None = None
     force: bool = False
-    #: ``--<name>[=HZ]`` samplers of :data:`collectors.record.SAMPLERS` (NVML, py-spy), name -> Hz.
+    #: ``--<name>[=HZ]`` samplers of :data:`collectors.launcher.SAMPLERS` (NVML, py-spy), name -> Hz.
     samplers: Mapping[str, float] = field(default_factory=dict)
     #: ``--live HOST:PORT``: a :class:`tracetool.live.config.LiveConfig` (None: off).
     live: Any = None
@@ -100,26 +99,6 @@ def load(cfg: ServeConfig) -> tuple[Any, Any, str]:
     return model, tok, cfg.served_name or DEMO_NAME
 
 
-def _start_samplers(rec: Any, samplers: Mapping[str, float]) -> list[Callable[[], None]]:
-    # The place where --nvml[=HZ] / --pyspy[=HZ] plug in: every sampler registered in
-    # collectors.record.SAMPLERS gets a flag on `tracetool serve` and runs here, in-process,
-    # writing into the server's own trace.
-    from collectors.record import SAMPLERS
-
-    stops = []
-    for name, hz in samplers.items():
-        spec = SAMPLERS[name]
-        module, _, attr = spec.target.partition(":")
-        try:
-            handle = getattr(importlib.import_module(module), attr)(rec, float(hz), os.getpid())
-            # the SamplerSpec contract: a callable, or an object with stop() (SystemCollectors)
-            stops.append(handle.stop if hasattr(handle, "stop") else handle)
-        except Exception as e:
-            rec.note(f"{name}: sampler did not start ({type(e).__name__}: {e})")
-            print(f"tracetool: {name}: sampler did not start ({e})", file=sys.stderr)
-    return stops
-
-
 def _uvicorn_server(app: Any, cfg: ServeConfig, url: str, on_ready: Callable[[str], None]) -> Any:
     import uvicorn
 
@@ -160,7 +139,8 @@ def _uvicorn_server(app: Any, cfg: ServeConfig, url: str, on_ready: Callable[[st
 def run_server(cfg: ServeConfig, on_ready: Callable[[str], None] | None = None) -> int:
     """Serve until SIGINT/SIGTERM; returns the exit code. The trace is closed on the way out."""
     from collectors.demo import hardware_meta, model_meta
-    from collectors.recorder import Recorder
+    from collectors.launcher import start_samplers
+    from tracetool.recorder import Recorder
     from tracetool.serving.engine import Engine
     from tracetool.serving.server import ServerState, build_app
 
@@ -186,7 +166,9 @@ def run_server(cfg: ServeConfig, on_ready: Callable[[str], None] | None = None) 
     engine = Engine(model, tok, rec, max_batch=cfg.max_batch, max_waiting=cfg.max_waiting)
     engine.warm_up()
     engine.start()
-    stops = _start_samplers(rec, cfg.samplers)
+    # --nvml[=HZ] / --pyspy[=HZ]: every sampler of collectors.launcher.SAMPLERS runs here,
+    # in-process, writing into the server's own trace
+    stops = start_samplers(rec, cfg.samplers, os.getpid())
     context = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
     state = ServerState(engine, rec, served, context, cfg.limits)
 

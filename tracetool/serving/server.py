@@ -31,7 +31,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from collectors.asgi import TracetoolMiddleware, request_handle
-from collectors.recorder import Recorder, RequestHandle
+from tracetool.recorder import Recorder, RequestHandle
 from tracetool.serving.engine import Engine, GenRequest, Overloaded
 from tracetool.serving.openai_api import (
     ApiError,

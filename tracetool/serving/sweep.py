@@ -3,7 +3,7 @@
 Each level is a whole probe run into ``OUT/<level>/`` (a valid trace each), and
 the sweep summary puts the levels side by side: TTFT, ITL and e2e percentiles,
 throughput, and the attribution's shares per component (the rule of
-docs/trace-format.md, applied by :func:`tracetool.serving.report.attribution`).
+docs/trace-format.md, as ``tracetool analyze`` applies it).
 ``moved`` says in one line where the bottleneck moved ("queue share 3 % at 4,
 61 % at 16"); with SLOs, ``best_level`` is the highest level whose requests
 still meet them (docs/serving.md).
@@ -15,10 +15,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tracetool.errors import UsageError
-from tracetool.reader import open_trace
+from tracetool.errors import BadInput, UsageError
 from tracetool.serving.probe import ProbeConfig, run_probe
-from tracetool.serving.report import attribution, probe_report
+from tracetool.serving.report import probe_report
 from tracetool.serving.schedule import print_progress
 
 FORMAT = "tracetool-sweep"
@@ -56,15 +55,24 @@ def run_sweep(cfg: ProbeConfig, axis: str, levels: list[float], slo: Any = None)
             print_progress(f"sweep: {axis} {level_name(level)} ({i + 1} of {len(levels)})", final=True)
         c = replace(cfg, out=out, **({"concurrency": int(level)} if axis == "concurrency" else {"rate": level}))
         rep = probe_report(run_probe(c), slo=slo)
-        att = attribution(open_trace(out))
-        rows.append(_row(level, rep, att, out))
+        rows.append(_row(level, rep, _shares(out), out))
     return {"format": FORMAT, "version": VERSION, "axis": axis, "levels": rows, "moved": moved(axis, rows),
             "best_level": best_level(rows) if slo is not None else None}
 
 
-def _row(level: float, rep: dict[str, Any], att: dict[str, Any], out: Path) -> dict[str, Any]:
+def _shares(out: Path) -> dict[str, float]:
+    """The measured components' shares of e2e in one level's trace, by the analyzers' attribution."""
+    import analyzers
+
+    try:
+        doc = analyzers.analyze([out], per_trace=False).to_json()
+    except BadInput:  # a level with no request to analyse (all warm-up, or nothing sent)
+        return {}
+    return {k: v["share"] for k, v in doc["components"].items() if v["measured"] and v["share"] is not None}
+
+
+def _row(level: float, rep: dict[str, Any], shares: dict[str, float], out: Path) -> dict[str, Any]:
     m = rep["metrics"]
-    shares = {k: v["share"] for k, v in att["components"].items() if v["share"] is not None}
     return {
         "level": level, "trace": str(out), "requests": rep["requests"], "ok": rep["ok"], "failed": rep["failed"],
         "ttft_ms": _pcts(m["ttft_ms"]), "itl_ms": _pcts(m["itl_ms"]), "e2e_ms": _pcts(m["e2e_ms"]),

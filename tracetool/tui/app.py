@@ -2,7 +2,7 @@
 
 Data flow (attributes down, messages up):
 
-* the app owns a :class:`~tracetool.source.TraceSource` and the latest
+* the app owns a :class:`~tracetool.trace_source.TraceSource` and the latest
   analysed :class:`~tracetool.tui.model.Snapshot` (reactive ``snapshot``);
 * :meth:`TraceApp.request_analysis` starts the one analysis worker (a thread:
   ``source.snapshot()`` then :func:`analyzers.analyze`), which posts
@@ -38,7 +38,7 @@ from textual.reactive import var
 from textual.worker import get_current_worker
 
 from tracetool.errors import TracetoolError
-from tracetool.source import TraceSource
+from tracetool.trace_source import TraceSource
 from tracetool.tui.model import ALL, AnalysisOptions, Sessions, Snapshot, View, analyse
 from tracetool.tui.screens.decode import DecodeScreen
 from tracetool.tui.screens.help import HelpScreen

@@ -1,14 +1,16 @@
-"""Numbers as the screens print them: units always, "-" for what was not measured."""
+"""Numbers as the screens print them: units always, tracetool.glyphs.NOT_MEASURED for what was not measured."""
 
 from __future__ import annotations
 
 import math
 
+from tracetool.glyphs import NOT_MEASURED
+
 
 def ms(x: float | None, digits: int = 1) -> str:
     """Milliseconds, switching to seconds from 1,000 ms and to µs below 0.1 ms."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
+        return NOT_MEASURED
     if abs(x) >= 1000:
         return f"{x / 1000:,.2f} s"
     if 0 < abs(x) < 0.1:
@@ -21,7 +23,7 @@ def ms(x: float | None, digits: int = 1) -> str:
 def pct(share: float | None) -> str:
     """A 0..1 share as percent, with more digits for tiny shares (0.008 %, not 0.0 %)."""
     if share is None:
-        return "-"
+        return NOT_MEASURED
     p = share * 100
     if p == 0 or abs(p) >= 0.1:
         return f"{p:.1f} %"
@@ -29,22 +31,22 @@ def pct(share: float | None) -> str:
 
 
 def num(x: float | None, digits: int = 0) -> str:
-    return "-" if x is None else f"{x:,.{digits}f}"
+    return NOT_MEASURED if x is None else f"{x:,.{digits}f}"
 
 
 def count(n: int | None) -> str:
-    return "-" if n is None else f"{n:,}"
+    return NOT_MEASURED if n is None else f"{n:,}"
 
 
 def tok_s(x: float | None) -> str:
     if x is None:
-        return "-"
+        return NOT_MEASURED
     return f"{x:,.1f} tok/s" if x < 100 else f"{x:,.0f} tok/s"
 
 
 def seconds(s: float | None) -> str:
     if s is None:
-        return "-"
+        return NOT_MEASURED
     return f"{s * 1000:.0f} ms" if s < 1 else f"{s:,.2f} s"
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from analyzers import Analysis
-    from tracetool.source import TraceSource
+    from tracetool.trace_source import TraceSource
 
 #: The label of the view that holds every trace together.
 ALL = "all"
@@ -30,11 +30,13 @@ ALL = "all"
 
 @dataclass(frozen=True)
 class AnalysisOptions:
-    """The analyzer options the viewer passes through (``tracetool tui --model/--gpu``)."""
+    """The analyzer options the viewer passes through (``tracetool tui/attach``'s roofline options)."""
 
     model: str | None = None
     gpu: str | None = None
     gpus: int | None = None
+    weight_dtype: str | None = None
+    kv_dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,9 @@ def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
     t1 = time.perf_counter()
     import analyzers
 
-    kw: dict[str, Any] = {"model": options.model, "gpu": options.gpu, "gpus": options.gpus, "claims": story_keys()}
+    kw: dict[str, Any] = {"model": options.model, "gpu": options.gpu, "gpus": options.gpus,
+                          "weight_dtype": options.weight_dtype, "kv_dtype": options.kv_dtype,
+                          "claims": story_keys()}
     choices = None
     views: dict[str, View] = {}
     with sessions.take() if sessions is not None else nullcontext() as session:

@@ -13,6 +13,7 @@ from textual.widget import Widget
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
+from tracetool.glyphs import NOT_MEASURED
 from tracetool.tui import fmt
 from tracetool.tui.model import View
 from tracetool.tui.queries import DecodeData, decode_data
@@ -74,7 +75,7 @@ class DecodeScreen(TraceScreen):
         decode = view.doc.get("decode") or {}
         itl = view.doc.get("itl_ms") or {}
         self.query_one("#index-title", Static).update(
-            f"ITL over token index · p50 and p90 per bin · {fmt.count(data.tokens)} tokens · clock {itl.get('clock') or '-'}")
+            f"ITL over token index · p50 and p90 per bin · {fmt.count(data.tokens)} tokens · clock {itl.get('clock') or NOT_MEASURED}")
         top = max([p90 for _, _, p90 in data.by_index] or [1.0]) * 1.1
         by_index.plot([Series("p90", [(x, p90) for x, _, p90 in data.by_index], "$text-warning"),
                        Series("p50", [(x, p50) for x, p50, _ in data.by_index], "$text-primary")],
@@ -135,7 +136,7 @@ def _fit_text(d: dict[str, Any]) -> Content:
     parts: list[str | tuple[str, str]] = []
     if fit:
         sign = "-" if (fit.get("per_1k_kv_ms") or 0) < 0 else "+"
-        r2 = "-" if fit.get("r2") is None else f"{fit['r2']:.2f}"
+        r2 = NOT_MEASURED if fit.get("r2") is None else f"{fit['r2']:.2f}"
         parts += ["fit  ", (f"{fit['basis']} = {fmt.ms(fit['base_ms'], 2)} {sign} {abs(fit['per_1k_kv_ms']):.3f} ms "
                             "per 1k kv_len", "bold"),
                   (f"  r² {r2} · {fmt.count(fit.get('n'))} tokens · kv_len {fmt.count(fit.get('kv_len_min'))}"

@@ -10,6 +10,7 @@ from textual.content import Content
 from textual.widget import Widget
 from textual.widgets import Static
 
+from tracetool.glyphs import NOT_MEASURED
 from tracetool.tui.model import View
 from tracetool.tui.screens.base import TraceScreen
 from tracetool.tui.story import VERDICT_STYLE, DiagnosisRow, diagnosis
@@ -46,7 +47,7 @@ class OverviewScreen(TraceScreen):
 
     def show_view(self, view: View) -> None:
         doc = view.doc
-        self.query_one("#headline", Static).update(Content.styled(doc.get("headline") or "-", "bold"))
+        self.query_one("#headline", Static).update(Content.styled(doc.get("headline") or NOT_MEASURED, "bold"))
         self.query_one(Waterfall).show(doc)
         self.query_one(Percentiles).show(doc)
         self.query_one("#roofline-line", Static).update(_decode_line(doc))

@@ -15,14 +15,14 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 from textual.worker import get_current_worker
 
+from tracetool.glyphs import NOT_MEASURED
+from tracetool.schema import COMPONENTS
 from tracetool.tui import fmt
 from tracetool.tui.model import View
 from tracetool.tui.queries import RequestDetail, request_detail
 from tracetool.tui.widgets.braille import BraillePlot, Series
 from tracetool.tui.widgets.timeline import SpanTimeline
 
-COMPONENTS = ("client_queue", "network", "queue", "tokenize", "preprocess", "prefill", "decode", "detokenize", "postprocess",
-              "other")
 TOKEN_ROWS = 2000
 
 
@@ -86,8 +86,8 @@ class RequestScreen(Screen[None]):
         for t in d.tokens[:TOKEN_ROWS]:
             table.add_row(*(_r(v) for v in (
                 str(t["index"]), fmt.ms((t["emit_ns"] - origin) / 1e6), fmt.ms(t["itl_ms"], 2)
-                if t["itl_ms"] is not None else "-", t["itl_clock"] or "-", fmt.ms(t["step_ms"], 2)
-                if t["step_ms"] is not None else "-", fmt.ms(t["host_ms"], 2) if t["host_ms"] is not None else "-",
+                if t["itl_ms"] is not None else NOT_MEASURED, t["itl_clock"] or NOT_MEASURED, fmt.ms(t["step_ms"], 2)
+                if t["step_ms"] is not None else NOT_MEASURED, fmt.ms(t["host_ms"], 2) if t["host_ms"] is not None else NOT_MEASURED,
                 fmt.count(t["kv_len"]), fmt.count(t["batch_size"]))))
         if len(d.tokens) > TOKEN_ROWS:
             table.add_row(Text(f"… {len(d.tokens) - TOKEN_ROWS:,} more", style="dim"))
@@ -99,11 +99,11 @@ def _r(s: str) -> Text:
 
 def _summary(row: dict[str, Any]) -> Content:
     parts: list[str | tuple[str, str]] = [
-        "e2e ", (fmt.ms(row.get("e2e_ms")), "bold"), (f" ({row.get('e2e_source') or '-'})", "$text-muted"),
+        "e2e ", (fmt.ms(row.get("e2e_ms")), "bold"), (f" ({row.get('e2e_source') or NOT_MEASURED})", "$text-muted"),
         " · TTFT ", (fmt.ms(row.get("ttft_ms")), "bold"), " · TPOT ", (fmt.ms(row.get("tpot_ms"), 2), "bold"),
         " · ", (fmt.count(row.get("output_tokens")), "bold"), " tokens",
         " · prompt ", (fmt.count(row.get("prompt_tokens")), "bold"),
-        " · bottleneck ", (row.get("bottleneck") or "-", "bold $text-warning"),
+        " · bottleneck ", (row.get("bottleneck") or NOT_MEASURED, "bold $text-warning"),
     ]
     if row.get("ok") is False:
         parts += ["  ", ("FAILED", "bold $text-error")]

@@ -16,6 +16,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Static
 from textual.worker import get_current_worker
 
+from tracetool.glyphs import NOT_MEASURED
 from tracetool.tui import fmt
 from tracetool.tui.model import View
 from tracetool.tui.queries import REQUEST_LIMIT, REQUEST_SORTS, request_table, sort_requests
@@ -99,7 +100,7 @@ class RequestsScreen(TraceScreen):
             cells: list[Any] = [r["trace"]] if several else []
             rid = r["request_id"] if r["ok"] is not False else f"{r['request_id']} ✗"
             cells += [rid, _right(fmt.ms(r["e2e_ms"])), _right(fmt.ms(r["ttft_ms"])),
-                      _right(fmt.ms(r["itl_p50_ms"], 2)), _right(fmt.count(r["output_tokens"])), r["bottleneck"] or "-"]
+                      _right(fmt.ms(r["itl_p50_ms"], 2)), _right(fmt.count(r["output_tokens"])), r["bottleneck"] or NOT_MEASURED]
             table.add_row(*cells, key=f"{r['trace']}\x00{r['request_id']}")
             self._keys.append((r["trace"], r["request_id"]))
         total = self._table.num_rows

@@ -17,6 +17,7 @@ from textual.widget import Widget
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
+from tracetool.glyphs import NOT_MEASURED
 from tracetool.tui import fmt
 from tracetool.tui.model import View
 from tracetool.tui.queries import SystemData, system_data
@@ -128,7 +129,7 @@ def _cpu_note(doc: dict[str, Any]) -> Content:
     busy = [c for c in cats if c.get("category") != "idle"]
     top = ", ".join(f"{c['category']} {fmt.pct(c.get('busy_share'))}" for c in busy[:4])
     total = sum(c.get("samples") or 0 for c in cats)
-    return Content.assemble(f"{fmt.count(total)} samples · busy: ", (top or "-", "bold"),
+    return Content.assemble(f"{fmt.count(total)} samples · busy: ", (top or NOT_MEASURED, "bold"),
                             ("  (share of non-idle samples)", "$text-muted"))
 
 

@@ -8,6 +8,7 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import Static
 
+from tracetool.glyphs import NOT_MEASURED
 from tracetool.tui import fmt
 from tracetool.tui.story import VERDICT_STYLE, DiagnosisRow
 
@@ -24,7 +25,7 @@ class Diagnosis(Vertical):
         blocks: list[Static] = []
         for r in rows:
             style = VERDICT_STYLE.get(r.verdict, "")
-            share = fmt.pct(r.share) if r.share is not None else "-"
+            share = fmt.pct(r.share) if r.share is not None else NOT_MEASURED
             blocks.append(Static(Content.assemble((f"{r.badge} ", f"bold {style}"), (f"{r.name:<20}", "bold"),
                                                   f"{share:>9}  ", (r.verdict, style)), classes="suspect"))
             blocks.append(Static(Content.styled(r.evidence, "$text-muted"), classes="evidence"))

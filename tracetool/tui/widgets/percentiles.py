@@ -7,6 +7,7 @@ from typing import Any
 from textual.content import Content
 from textual.widget import Widget
 
+from tracetool.glyphs import NOT_MEASURED
 from tracetool.tui import fmt
 
 METRICS = (("TTFT", "ttft_ms"), ("ITL", "itl_ms"), ("TPOT", "tpot_ms"), ("e2e", "e2e_ms"))
@@ -39,7 +40,7 @@ class Percentiles(Widget):
             if not p.get("n"):
                 lines.append(Content.assemble(f"{label:<6}", ("not measured", "$text-muted italic")))
                 continue
-            lines.append(Content.assemble((f"{label:<6}", "bold"), (f"{p.get('clock') or '-':<7}", "$text-muted"),
+            lines.append(Content.assemble((f"{label:<6}", "bold"), (f"{p.get('clock') or NOT_MEASURED:<7}", "$text-muted"),
                                           f"{fmt.count(p.get('n')):>10}",
                                           "".join(f"{fmt.ms(p.get(k)):>11}" for k in keys)))
         return Content("\n").join(lines)

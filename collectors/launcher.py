@@ -1,9 +1,9 @@
-"""Zero-code recording: run an unmodified Python program with the collectors installed.
+"""Zero-code recording: launch an unmodified Python program with the collectors installed.
 
 ``tracetool record -o DIR -- python script.py ARGS`` works the way
 ``opentelemetry-instrument`` does: the child gets ``collectors/_bootstrap`` at
 the front of ``PYTHONPATH``, whose ``sitecustomize`` (chaining to any other
-``sitecustomize``) starts a :class:`~collectors.recorder.Recorder` on ``DIR``
+``sitecustomize``) starts a :class:`~tracetool.recorder.Recorder` on ``DIR``
 and patches ``transformers`` when it is imported (:func:`collectors.hf.autopatch`).
 The trace is closed at interpreter exit, also after an exception, Ctrl-C
 (``KeyboardInterrupt``) or SIGTERM, and the parent exits with the child's code
@@ -97,21 +97,23 @@ def _check_out(out: Path, force: bool) -> None:
         raise UsageError(f"{out}: exists and is not empty (use --force to replace the trace in it)")
 
 
-def _start_samplers(samplers: Mapping[str, float], side: Path, pid: int) -> tuple[Any, list[Callable[[], None]]]:
-    from collectors.recorder import Recorder
-
-    rec = Recorder(side).start()
+def start_samplers(rec: Any, samplers: Mapping[str, float], pid: int) -> list[Callable[[], None]]:
+    """Start the samplers of :data:`SAMPLERS` named in ``samplers`` (name -> Hz) on process
+    ``pid``, writing into ``rec``; returns what stops each. ``tracetool serve`` runs them in its
+    own process and trace, ``tracetool record`` beside the program, into a side trace. One that
+    cannot start is a note in the trace and one line on stderr; the others run."""
     stops: list[Callable[[], None]] = []
     for name, hz in samplers.items():
         spec = SAMPLERS[name]
         try:
             module, _, attr = spec.target.partition(":")
             handle = getattr(importlib.import_module(module), attr)(rec, float(hz), pid)
+            # the SamplerSpec contract: a callable, or an object with stop() (SystemCollectors)
             stops.append(handle.stop if hasattr(handle, "stop") else handle)
         except Exception as e:
             rec.note(f"{name}: sampler did not start ({type(e).__name__}: {e})")
             print(f"tracetool: {name}: sampler did not start ({e})", file=sys.stderr)
-    return rec, stops
+    return stops
 
 
 def merge_side_trace(side: Path, out: Path) -> None:
@@ -150,7 +152,7 @@ def merge_side_trace(side: Path, out: Path) -> None:
 
 
 def _write_empty_trace(out: Path, note: str, command: Sequence[str]) -> None:
-    from collectors.recorder import Recorder
+    from tracetool.recorder import Recorder
 
     rec = Recorder(out, meta={"recorded_command": list(command)}).start()
     rec.note(note)
@@ -224,7 +226,10 @@ def run_recording(command: Sequence[str], out: str | os.PathLike[str], *, force:
     side_rec: Any = None
     stops: list[Callable[[], None]] = []
     if samplers:
-        side_rec, stops = _start_samplers(samplers, side, child.pid)
+        from tracetool.recorder import Recorder
+
+        side_rec = Recorder(side).start()
+        stops = start_samplers(side_rec, samplers, child.pid)
 
     def forward(signum: int, frame: Any) -> None:
         # Ctrl-C in a terminal already reached the child (same process group): forward only
@@ -286,6 +291,7 @@ def start_in_child() -> bool:
     options = json.loads(os.environ.pop(ENV_OPTIONS, "") or "{}")
     if not out:
         return False
+    # collectors.recorder's spelling: it takes live= as the options' mapping
     from collectors.hf import autopatch
     from collectors.recorder import Recorder
 
