@@ -20,6 +20,7 @@ import duckdb
 import pyarrow as pa
 
 from analyzers.connection import Session, TraceArg, connect, labels_for, load_traces
+from analyzers.engine import engine_json, fill_components
 from analyzers.params import (
     ClaimSpec,
     RooflineInputs,
@@ -40,7 +41,8 @@ VERSION = 1
 #: Summary tables copied out of DuckDB into every Analysis (small: at most one row per request).
 TABLES = ("attribution_requests", "attribution_components", "latency_percentiles", "decode_fit",
           "decode_throughput", "roofline_summary", "host_overhead", "steps_batch", "steps_prefill",
-          "gpu_decode", "stacks_categories", "network_evidence", "summary_numbers", "findings", "claims")
+          "gpu_decode", "stacks_categories", "network_evidence", "summary_numbers", "findings", "claims",
+          "engine_summary", "engine_stats")
 
 
 @dataclass(eq=False)  # identity: it holds a connection, and its traces hold itself (one trace)
@@ -174,6 +176,9 @@ class Analysis:
             "thresholds": self.thresholds.as_dict(),
             "warnings": list(self.warnings),
         }
+        # the engine's own metrics (module engine): its object, and server components no span measured
+        body["engine"] = engine_json(self.rows("engine_summary"), self.rows("engine_stats"))
+        fill_components(body["components"], body["engine"], body["e2e_ms"]["mean"])
         return body
 
 

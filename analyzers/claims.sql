@@ -37,7 +37,7 @@ SELECT * FROM (VALUES
 -- @column component: The component the verdict is about.
 -- @column verdict: 'supported', 'contributing', 'misdiagnosis' or 'unmeasured'.
 -- @column share: The component's share of e2e, 0..1 (null when not measured).
--- @column basis: What the verdict rests on: 'measured' (the component's share), 'rtt-bound' (network from the client's TCP handshakes, see network_evidence), 'roofline', 'decode-time', or 'none' (unmeasured).
+-- @column basis: What the verdict rests on: 'measured' (the component's share), 'rtt-bound' (network from the client's TCP handshakes, see network_evidence), 'engine-metrics' (a server component no span measured, from the engine's scraped time histogram over the window: module engine), 'roofline', 'decode-time', or 'none' (unmeasured).
 -- @column detail: The evidence: measured numbers with units.
 CREATE OR REPLACE TEMP TABLE claims AS
 WITH k AS (
@@ -51,15 +51,22 @@ j AS (
         (k.component = 'network' AND NOT a.measured AND ne.basis = 'tcp-connect' AND ne.rtt_share IS NOT NULL)
             AS rtt_bound,
         ne.verdict AS ne_verdict, ne.rtt_ms AS ne_rtt_ms, ne.rtt_share AS ne_rtt_share, ne.connections AS ne_n,
-        ne.round_trips AS ne_trips, ne.bound_share AS ne_bound_share
+        ne.round_trips AS ne_trips, ne.bound_share AS ne_bound_share,
+        -- a server component no span measured, judged on the engine's own window mean (module engine)
+        (NOT a.measured AND eng.mean IS NOT NULL AND s.e2e_mean_ms > 0) AS eng_basis,
+        eng.mean * 1000 AS eng_ms, eng.mean * 1000 / s.e2e_mean_ms AS eng_share, eng.samples AS eng_n,
+        eng.series AS eng_series
     FROM k
     JOIN attribution_components AS a USING (component)
     CROSS JOIN summary_numbers AS s
     CROSS JOIN _thresholds AS t
     CROSS JOIN network_evidence AS ne
+    LEFT JOIN (SELECT concept, mean, samples, series FROM engine_stats
+               WHERE kind = 'histogram' AND (SELECT count(*) FROM engine_summary) = 1) AS eng
+        ON eng.concept = k.component || '_time'
 ),
 v AS (
-    SELECT ordinal, claim, key, component, share,
+    SELECT ordinal, claim, key, component, CASE WHEN eng_basis THEN eng_share ELSE share END AS share,
         CASE
             WHEN key = 'compute-bound' THEN CASE
                 WHEN NOT roofline_available OR compute_to_memory IS NULL THEN 'unmeasured'
@@ -71,6 +78,8 @@ v AS (
                 WHEN decode_s_mean <= t_sub THEN 'supported'
                 ELSE 'misdiagnosis' END
             WHEN rtt_bound THEN coalesce(ne_verdict, 'unmeasured')
+            WHEN eng_basis THEN CASE WHEN eng_share >= t_sup THEN 'supported'
+                                     WHEN eng_share < t_mis THEN 'misdiagnosis' ELSE 'contributing' END
             WHEN NOT measured THEN 'unmeasured'
             WHEN is_bottleneck OR share >= t_sup THEN 'supported'
             WHEN share < t_mis THEN 'misdiagnosis'
@@ -81,6 +90,7 @@ v AS (
                 THEN 'roofline' ELSE 'none' END
             WHEN key = 'throughput' THEN CASE WHEN decode_s_mean IS NOT NULL THEN 'decode-time' ELSE 'none' END
             WHEN rtt_bound THEN 'rtt-bound'
+            WHEN eng_basis THEN 'engine-metrics'
             WHEN measured THEN 'measured'
             ELSE 'none'
         END AS basis,
@@ -111,6 +121,10 @@ v AS (
                 || _pct(ne_bound_share) || ': network lies between the two'
                 || CASE WHEN ne_verdict IS NULL THEN ', which straddle a threshold: measure it with server timing'
                         ELSE '' END
+            WHEN eng_basis THEN component || ' is not measured per request; the engine''s own metrics put it at '
+                || _ms(eng_ms) || ' per request on average over ' || _n(eng_n) || ' requests in the window ('
+                || eng_series || ') = ' || _pct(eng_share) || ' of mean e2e (' || _ms(e2e_mean_ms)
+                || '): a window aggregate, not a per-request measurement'
             WHEN NOT measured THEN component || ' is not measured in this trace ('
                 || CASE component
                     WHEN 'network' THEN 'needs client.request and server.request spans of the same request'

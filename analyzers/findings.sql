@@ -75,7 +75,9 @@ SELECT * FROM (VALUES
         'network is not measured per request, but client.request and client.connect spans are: 1 RTT <= network <= network_bound_round_trips RTTs'),
     (29, 'client-bound', 'warning', 'The load client, not the server, limits the run',
         'client.queue spans exist and the achieved send rate is below client_rate_ratio of the offered rate, or client_queue holds at least client_queue_share of e2e; the detail names the limit (concurrency cap, the probe''s event loop)')
-) AS v(ordinal, id, severity, title, fires_when);
+) AS v(ordinal, id, severity, title, fires_when)
+-- module engine: the findings from the engine's metrics
+UNION ALL SELECT * FROM engine_findings_catalogue;
 
 -- @table findings
 -- The findings that fire for this analysis, warnings first.
@@ -283,6 +285,7 @@ WITH f AS (
          WHERE r.ok AND r.tokenize_ms IS NOT NULL AND r.prompt_tokens >= tk.tokenizer_min_prompt_tokens) AS k
 )
 SELECT c.ordinal, f.id, c.severity, c.title, f.detail
-FROM f JOIN findings_catalogue AS c USING (id)
+FROM (SELECT id, detail FROM f UNION ALL SELECT id, detail FROM engine_findings) AS f
+JOIN findings_catalogue AS c USING (id)
 WHERE f.detail IS NOT NULL
 ORDER BY c.severity = 'warning' DESC, c.ordinal;

@@ -25,7 +25,7 @@ from typing import Any
 
 #: Run order: each module may use the objects of the modules before it.
 MODULES = ("tokens", "attribution", "latency", "decode", "roofline", "host", "steps", "gpu",
-           "stacks", "network", "summary", "findings", "claims")
+           "stacks", "network", "summary", "engine", "findings", "claims")
 
 _OBJECT_RE = re.compile(r"^--\s*@(view|table)\s+([a-z_][a-z0-9_]*)\s*$")
 _COLUMN_RE = re.compile(r"^--\s*@column\s+([a-z_][a-z0-9_]*)\s*:\s*(.+?)\s*$")

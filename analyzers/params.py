@@ -75,6 +75,15 @@ class Thresholds:
     client_rate_ratio: float = 0.9
     #: Time waiting in the load client (client_queue) at or above this share of e2e: client-bound.
     client_queue_share: float = 0.10
+    # -- engine metrics (module engine: a server's scraped /metrics) --
+    #: Requests waiting at one scrape at or above this: the engine queued requests.
+    engine_waiting_requests: float = 1
+    #: KV-cache usage (fraction 0-1) at or above this at one scrape: the cache is full.
+    kv_cache_full: float = 0.95
+    #: Prefix-cache hit rate (fraction 0-1) below this: the cache is missed.
+    prefix_cache_hit_rate_low: float = 0.2
+    #: Mean prompt length (tokens) at or above this for the prefix-cache finding: prefill worth caching.
+    prefix_cache_prompt_tokens: float = 256
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

@@ -144,7 +144,7 @@ def merge_side_trace(side: Path, out: Path) -> None:
     for k, v in (side_meta.get("dropped_rows") or {}).items():
         dropped[k] = dropped.get(k, 0) + v
     meta["dropped_rows"] = dropped
-    for key in ("hardware", "gpus"):
+    for key in ("hardware", "gpus", "server_metrics"):
         if key in side_meta and key not in meta:
             meta[key] = side_meta[key]
     write_meta(out, meta)
@@ -180,11 +180,14 @@ def _summary(out: Path) -> str:
 
 
 def run_recording(command: Sequence[str], out: str | os.PathLike[str], *, force: bool = False,
-                  samplers: Mapping[str, float] | None = None, live: Any = None) -> int:
+                  samplers: Mapping[str, float] | None = None, live: Any = None,
+                  metrics: tuple[str, float] | None = None) -> int:
     """Run ``command`` with the collectors installed, recording into ``out``; returns its exit code.
 
     ``live`` (a :class:`tracetool.live.config.LiveConfig`) makes the program stream its trace to
     ``tracetool attach`` viewers as it is written (the token travels in the child's environment).
+    ``metrics`` (URL, interval in seconds) scrapes a server's Prometheus metrics from this process
+    into the trace's ``server_metrics`` table (collectors.prometheus) while the program runs.
 
     Raises :class:`UsageError` for an empty command, an unknown executable or a
     non-empty ``out`` without ``force``.
@@ -225,11 +228,15 @@ def run_recording(command: Sequence[str], out: str | os.PathLike[str], *, force:
     side = out.parent / f".{out.name}.samplers-{os.getpid()}"
     side_rec: Any = None
     stops: list[Callable[[], None]] = []
-    if samplers:
+    if samplers or metrics:
         from tracetool.recorder import Recorder
 
         side_rec = Recorder(side).start()
-        stops = start_samplers(side_rec, samplers, child.pid)
+        stops = start_samplers(side_rec, samplers or {}, child.pid)
+    if metrics is not None and side_rec is not None:
+        from collectors.prometheus import attach_scraper
+
+        attach_scraper(side_rec, metrics[0], clock="server", interval_s=metrics[1], first_wait_s=0.0)
 
     def forward(signum: int, frame: Any) -> None:
         # Ctrl-C in a terminal already reached the child (same process group): forward only

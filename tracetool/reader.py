@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from tracetool.errors import BadInput, TraceFormatError
 from tracetool.meta import read_meta
-from tracetool.schema import CLOCKS, META_FILE, TABLE_FILE_RE, TABLES, Table
+from tracetool.schema import CLOCKS, META_FILE, METRICS_CLOCKS, TABLE_FILE_RE, TABLES, Table
 
 _ARROW_FILE_MAGIC = b"ARROW1"
 _PARQUET_MAGIC = b"PAR1"
@@ -313,13 +313,14 @@ def broken_rows(data: pa.Table | pa.RecordBatch, spec: Table) -> Iterator[tuple[
         bad = pc.less(data.column(end), data.column(start))
         if pc.any(bad).as_py():  # nulls skipped: a null bound is no interval
             yield end, pc.fill_null(bad, False), f"row(s) with {end} < {start}"
-    if spec.name == "spans":
+    clocks = _clocks(spec.name)
+    if clocks and "clock" in data.schema.names:
         # Distinct values compared in Python: building an Arrow array from Python values
         # (pa.array(CLOCKS)) would import pandas on every read.
         clock = data.column("clock")
-        if any(c not in CLOCKS for c in pc.unique(clock).to_pylist() if c is not None):
-            known: Any = pc.equal(clock, CLOCKS[0])
-            for c in CLOCKS[1:]:
+        if any(c not in clocks for c in pc.unique(clock).to_pylist() if c is not None):
+            known: Any = pc.equal(clock, clocks[0])
+            for c in clocks[1:]:
                 known = pc.or_(known, pc.equal(clock, c))
             yield "clock", pc.invert(pc.fill_null(known, True)), "unknown clock"
     if spec.name == "tokens":
@@ -329,13 +330,19 @@ def broken_rows(data: pa.Table | pa.RecordBatch, spec: Table) -> Iterator[tuple[
             yield "index", pc.fill_null(pc.less(index, 0), False), "row(s) with a negative index"
 
 
+def _clocks(table: str) -> tuple[str, ...]:
+    """The values a table's ``clock`` column may hold (empty: the table has no clock rule)."""
+    return CLOCKS if table == "spans" else METRICS_CLOCKS if table == "server_metrics" else ()
+
+
 def check_rows(table: pa.Table, spec: Table, where: str) -> None:
     """Raise :class:`TraceFormatError` at the first row rule the table breaks (:func:`broken_rows`)."""
     for column, bad, rule in broken_rows(table, spec):
         if column == "clock":
+            clocks = _clocks(spec.name)
             unknown = next(c for c in pc.unique(table.column("clock")).to_pylist()
-                           if c is not None and c not in CLOCKS)
-            message = f"unknown clock {unknown!r} (expected one of {', '.join(CLOCKS)})"
+                           if c is not None and c not in clocks)
+            message = f"unknown clock {unknown!r} (expected one of {', '.join(clocks)})"
         else:
             message = f"{pc.sum(pc.cast(bad, pa.int64())).as_py()} {rule}"
         raise TraceFormatError(message, path=where, table=spec.name, column=column)

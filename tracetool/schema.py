@@ -29,6 +29,8 @@ EXTENSIONS = ("arrows", "arrow", "parquet")
 TABLE_FILE_RE = re.compile(r"^(?P<table>[a-z_][a-z0-9_]*)(?:-(?P<suffix>[^/]+?))?\.(?P<ext>arrows|arrow|parquet)$")
 
 CLOCKS = ("server", "client")
+#: Clocks of ``server_metrics.clock``: a scraper may run on a host of its own.
+METRICS_CLOCKS = ("client", "server", "scraper")
 
 #: Standard span names. Other names are allowed and kept (counted as ``other``
 #: by the analyzers unless they start with one of these).
@@ -242,8 +244,28 @@ OTLP_SPANS = Table(
     intervals=(("start_ns", "end_ns"),),
 )
 
+SERVER_METRICS = Table(
+    "server_metrics",
+    "Optional, written when tracetool scrapes a server's Prometheus `/metrics` (`--metrics-url`): one row "
+    "per sample per series per scrape, as the server exported it. Histograms and summaries appear as their "
+    "`_bucket`/`_sum`/`_count` series (a bucket's bound is its `le` label), counters as their raw running "
+    "totals: deltas over the measured window are the analyzers' job (analyzers/engine.sql).",
+    (
+        _c("ts_ns", I64, "Unix-epoch nanoseconds on the scraping host's clock (named by `clock`): when the "
+           "scrape's response arrived.", True),
+        _c("name", STR, "Sample name as exported, e.g. `vllm:num_requests_waiting`, "
+           "`vllm:request_queue_time_seconds_bucket`.", True),
+        _c("labels", STR, "The sample's labels as a JSON object with sorted keys (`{}` when none).", True),
+        _c("value", F64, "Sample value, in the series' own unit (Prometheus convention: seconds, ratios 0-1).",
+           True),
+        _c("clock", STR, "Which clock `ts_ns` is on: `client` (the probing host's, as client spans: tracetool "
+           "probe), `server` (the server's, as server spans: the scraper ran in the recording process) or "
+           "`scraper` (a host of its own: aligned with neither)."),
+    ),
+)
+
 TABLES: dict[str, Table] = {t.name: t for t in (SPANS, TOKENS, GPU, STACKS, STEPS, REQUESTS, CLOCK_OFFSETS,
-                                                 OTLP_SPANS)}
+                                                 OTLP_SPANS, SERVER_METRICS)}
 
 #: Interned-string row layout used by the writer's integer buffers: a null in
 #: an integer column travels as this sentinel and becomes a real null on flush.

@@ -149,3 +149,21 @@ def test_convert_compacts_segments_and_recovers_a_cut_stream(tmp_path: Path, cli
     assert cli("validate", out).code == 0
     assert json.loads(cli("info", "--json", out).out)["tokens"] == 60
     assert cli("convert", d, "-o", out).code == 2, "refuses to overwrite without --force"
+
+
+def test_validate_checks_server_metrics(tmp_path: Path, cli) -> None:
+    def metrics(clock: str, value: float | None = 1.0) -> dict:
+        return {"ts_ns": [1, 2], "name": ["vllm:num_requests_waiting"] * 2, "labels": ["{}", "{}"],
+                "value": pa.array([1.0, value], pa.float64()), "clock": [clock, clock]}
+
+    ok = make_trace(tmp_path / "ok", {"spans": spans_table(GOOD_SPANS), "server_metrics": metrics("client")})
+    r = cli("validate", ok)
+    assert r.code == 0, r.err
+    assert "server_metrics" in r.out and "required ts_ns/name/labels/value" in r.out
+    bad = make_trace(tmp_path / "bad", {"spans": spans_table(GOOD_SPANS), "server_metrics": metrics("gpu")})
+    r = cli("validate", bad)
+    assert r.code == 3 and "server_metrics" in r.err and "unknown clock 'gpu'" in r.err
+    assert "Traceback" not in r.err
+    null = make_trace(tmp_path / "null", {"spans": spans_table(GOOD_SPANS), "server_metrics": metrics("client", None)})
+    r = cli("validate", null)
+    assert r.code == 3 and "value" in r.err

@@ -122,3 +122,23 @@ def test_sigterm_ends_a_recording_saved_like_ctrl_c(live_recorder: Callable[...,
     t = open_trace(out)
     assert t.meta["closed"] is True
     assert t.rows("tokens") == doc["servers"][0]["rows"]["tokens"] >= 30
+
+
+def test_record_with_metrics_url_scrapes_into_the_recording(live_recorder: Callable[..., Recorder],
+                                                            tmp_path: Path, cli) -> None:
+    from tests.serving.engine_metrics_server import EngineDouble
+
+    rec = live_recorder()
+    out = tmp_path / "copy"
+    with EngineDouble("vllm") as engine, Traffic(rec, tokens=5):
+        metrics = engine.url.removesuffix("/v1") + "/metrics"
+        r = cli("attach", str(rec.live.address), "--record", str(out), "--duration", "0.5",
+                "--metrics-url", metrics, "--metrics-interval", "0.1")
+    assert r.code == 0, r.err
+    t = open_trace(out)
+    assert t.rows("server_metrics") > 0
+    assert set(t.table("server_metrics").column("clock").to_pylist()) == {"scraper"}
+    assert t.meta["server_metrics"]["scrapes"] >= 1 and t.meta["server_metrics"]["stopped"] is None
+    assert cli("validate", str(out)).code == 0
+    # without --record, or with several servers, there is no trace to put the samples in
+    assert cli("attach", str(rec.live.address), "--metrics-url", metrics).code == 2

@@ -142,3 +142,21 @@ def test_meta_changes_after_start_reach_a_late_viewer(live_recorder: Callable[..
                 and "a note added while live" in meta.get("notes", []) and "tokens" in h.get("tables", []))
 
     wait_until(has_it, "the new meta in the endpoint's hello", deadline=5)
+
+
+def test_server_metrics_stream_to_viewers(live_recorder) -> None:
+    """A recording process that scrapes an engine (serve/record --metrics-url) streams the
+    samples like any other table: a live view gets the engine's state too."""
+    from collectors.prometheus import attach_scraper
+    from tests.serving.engine_metrics_server import EngineDouble
+
+    rec = live_recorder()
+    with EngineDouble("vllm") as engine:
+        attach_scraper(rec, engine.url.removesuffix("/v1") + "/metrics", clock="server", interval_s=0.1)
+        conn, got = connect(rec.live.address)
+        try:
+            got.wait(lambda g: g.rows("server_metrics") > 0, "server_metrics rows")
+        finally:
+            conn.stop()
+    names = set(got.table("server_metrics").column("name").to_pylist())
+    assert "vllm:num_requests_waiting" in names

@@ -27,6 +27,8 @@ ROWS = {
                     "server", "vllm", "vllm.llm_engine", 100, 900, "unset", "vllm", '{"gen_ai.latency.e2e": 0.5}'),
                    ("0af7651916cd43dd8448eb211c80319c", "00f067aa0ba902b7", "b7ad6b7169203331", None, "GET /x",
                     None, None, None, 5, 5, None, "none", None)],
+    "server_metrics": [(1_000, "vllm:num_requests_waiting", '{"model_name":"m"}', 3.0, "client"),
+                       (1_000, "vllm:request_queue_time_seconds_bucket", '{"le":"+Inf"}', 7.0, None)],
 }
 
 

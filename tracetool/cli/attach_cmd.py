@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from tracetool.cli.common import Roofline, emit_json, json_option, roofline_options, warn
+from tracetool.cli.metrics_options import metrics_options
 from tracetool.errors import EXIT_INTERRUPTED, BadInput, UsageError
 from tracetool.live.config import LIVE_FLUSH_S
 from tracetool.live.priority import OBSERVER_NICE, observer_priority
@@ -96,11 +97,13 @@ def live_config(live: str | None, token: str | None, tls_cert: Path | None,
                    "it needs (0: keep the priority).")
 @click.option("--connect-timeout", type=click.FloatRange(0, min_open=True), default=5.0, show_default=True,
               help="Seconds the first contact with each server may take.")
+@metrics_options(auto=False)
 @json_option
 def attach(addresses: tuple[str, ...], token: str | None, tls: bool, tls_root: Path | None, window_s: float,
            window_requests: int | None, refresh_s: float, no_history: bool, record_dir: Path | None,
            duration: float | None, force: bool, roofline: Roofline, theme: str, nice: int,
-           connect_timeout: float, as_json: bool) -> int:
+           connect_timeout: float, as_json: bool, metrics_url: str | None = None,
+           metrics_interval: float = 1.0) -> int:
     """Watch running servers live, or record their stream (ADDR is the HOST:PORT given to --live).
 
     \b
@@ -119,7 +122,9 @@ def attach(addresses: tuple[str, ...], token: str | None, tls: bool, tls_root: P
     TUI: the stream is saved as a v1 trace (one per server under DIR when
     several) and a summary goes to stderr (--json: on stdout). Exit 3 when
     a server refuses the token or TLS fails, or nothing could be recorded;
-    2 for bad options; 130 after Ctrl-C (a recording is still saved).
+    2 for bad options; 130 after Ctrl-C (a recording is still saved). With
+    --record and --metrics-url URL (one ADDR), the server's Prometheus
+    metrics are scraped into the recorded trace too (on this host's clock).
     """
     from tracetool.live.client import ClientOptions
     from tracetool.live.window import WindowSpec
@@ -135,11 +140,20 @@ def attach(addresses: tuple[str, ...], token: str | None, tls: bool, tls_root: P
             raise BadInput(f"{tls_root}: cannot read the TLS root ({e.strerror or e})") from e
     options = ClientOptions(token=token or None, tls=tls, tls_root=root, history=not no_history,
                             connect_timeout_s=connect_timeout)
+    metrics = None
+    if metrics_url is not None:
+        from collectors.prometheus import metrics_url as checked
+
+        if record_dir is None or len(addrs) != 1:
+            raise UsageError("--metrics-url goes with --record and one ADDR (the samples go into its trace); to "
+                             "watch an engine's metrics live, give --metrics-url to the recording process "
+                             "(tracetool serve/record --live ... --metrics-url URL): its stream carries them")
+        metrics = (checked(metrics_url), metrics_interval)
     if record_dir is None and as_json:
         raise UsageError("--json goes with --record (the TUI draws, it prints nothing)")
     with observer_priority(nice):  # before any thread starts: they inherit it (live/priority.py)
         if record_dir is not None and duration is not None:
-            return _record(addrs, record_dir, duration, options, force, as_json)
+            return _record(addrs, record_dir, duration, options, force, as_json, metrics)
         spec = WindowSpec(seconds=window_s or None, requests=window_requests)
         return _watch(addrs, options, spec, refresh_s, roofline, theme, connect_timeout)
 
@@ -163,11 +177,20 @@ def _watch(addrs: list[Address], options: ClientOptions, spec: WindowSpec, refre
 
 
 def _record(addrs: list[Address], out: Path, duration: float, options: ClientOptions, force: bool,
-            as_json: bool) -> int:
+            as_json: bool, metrics: tuple[str, float] | None = None) -> int:
     from tracetool.live.headless import record_live
 
     warn(f"recording {', '.join(str(a) for a in addrs)} for {duration:g} s into {out}")
-    result = record_live(addrs, out, duration, options=options, force=force, progress=warn)
+    beside = None
+    if metrics is not None:
+        from collectors.prometheus import scrape_into_writer
+
+        url, interval = metrics
+
+        def beside(writer: Any) -> Callable[[], None]:  # the viewer's own clock: "scraper"
+            return scrape_into_writer(writer, url, clock="scraper", interval_s=interval)
+
+    result = record_live(addrs, out, duration, options=options, force=force, progress=warn, beside=beside)
     if as_json:
         emit_json({"version": 1, "out": str(result.out), "seconds": round(result.elapsed_s, 3),
                    "interrupted": result.interrupted,

@@ -8,6 +8,7 @@ import click
 
 from collectors.launcher import run_recording
 from tracetool.cli.attach_cmd import live_config, live_options
+from tracetool.cli.metrics_options import metrics_options
 from tracetool.cli.samplers import chosen_samplers, sampler_options
 
 
@@ -17,10 +18,11 @@ from tracetool.cli.samplers import chosen_samplers, sampler_options
 @click.option("--force", is_flag=True, help="Replace the trace in a non-empty output directory.")
 @sampler_options
 @live_options
+@metrics_options(auto=False)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def record(output: Path, force: bool, command: tuple[str, ...], live: str | None, live_token: str | None,
            live_tls_cert: Path | None, live_tls_key: Path | None, live_flush_s: float | None,
-           **samplers: float | None) -> int:
+           metrics_url: str | None = None, metrics_interval: float = 1.0, **samplers: float | None) -> int:
     """Run COMMAND (a Python program) with tracetool's collectors and write a trace.
 
     \b
@@ -35,8 +37,15 @@ def record(output: Path, force: bool, command: tuple[str, ...], live: str | None
     (130 after Ctrl-C). A program that never uses torch gets a valid, empty
     trace and a one-line note. A summary line goes to stderr; the program's
     stdout is left alone. With --live HOST:PORT the program also streams its
-    trace to `tracetool attach` viewers while it runs (docs/live.md).
+    trace to `tracetool attach` viewers while it runs (docs/live.md). With
+    --metrics-url URL, tracetool scrapes that server's Prometheus metrics into
+    the trace while the program runs (docs/serving.md, "Engine metrics").
     """
     chosen = chosen_samplers(samplers)
     live_cfg = live_config(live, live_token, live_tls_cert, live_tls_key, live_flush_s)
-    return run_recording(list(command), output, force=force, samplers=chosen, live=live_cfg)
+    metrics = None
+    if metrics_url is not None:
+        from collectors.prometheus import metrics_url as checked
+
+        metrics = (checked(metrics_url), metrics_interval)
+    return run_recording(list(command), output, force=force, samplers=chosen, live=live_cfg, metrics=metrics)

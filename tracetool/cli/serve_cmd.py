@@ -9,6 +9,7 @@ import click
 
 from tracetool.cli.attach_cmd import live_config, live_options
 from tracetool.cli.common import emit_json, json_option, old_spelling, sigterm_as_ctrl_c, warn
+from tracetool.cli.metrics_options import metrics_options
 from tracetool.cli.samplers import chosen_samplers, sampler_options
 from tracetool.errors import UsageError
 from tracetool.glyphs import NOT_MEASURED
@@ -48,11 +49,13 @@ from tracetool.glyphs import NOT_MEASURED
                    "measured against (benchmarks/soak.py).")
 @sampler_options
 @live_options
+@metrics_options(auto=False)
 def serve(model_path: Path | None, output: Path | None, force: bool, host: str, port: int,
           served_model_name: str | None, max_batch: int, max_queue: int, max_prompt_tokens: int,
           max_output_tokens: int, max_body_bytes: int, device: str, threads: int | None, seed: int,
           graceful_timeout: float, live: str | None, live_token: str | None, live_tls_cert: Path | None,
-          live_tls_key: Path | None, live_flush_s: float | None, no_record: bool, **samplers: float | None) -> int:
+          live_tls_key: Path | None, live_flush_s: float | None, no_record: bool, metrics_url: str | None = None,
+          metrics_interval: float = 1.0, **samplers: float | None) -> int:
     """Run an OpenAI-compatible server with tracetool's collectors on.
 
     \b
@@ -68,7 +71,9 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
     server's timing (Server-Timing header, or a server_timing field in the last
     SSE event). With --live HOST:PORT the trace is also streamed to
     `tracetool attach` viewers as it is written (docs/live.md). Binds
-    127.0.0.1 unless --host says otherwise. Ctrl-C or SIGTERM
+    127.0.0.1 unless --host says otherwise. With --metrics-url URL it also
+    scrapes another server's Prometheus metrics (an engine beside it) into
+    the trace on the server clock. Ctrl-C or SIGTERM
     stops it and closes the trace (exit 0). Malformed requests get
     OpenAI-style JSON errors (400, 404 unknown model, 413 body too large,
     503 queue full).
@@ -88,6 +93,10 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
                       threads=threads,
                       graceful_s=graceful_timeout, force=force or output is None,
                       samplers=chosen, live=live_cfg, record=not no_record)
+    if metrics_url is not None:
+        from collectors.prometheus import metrics_url as checked
+
+        cfg.metrics = (checked(metrics_url), metrics_interval)
     return run_server(cfg)
 
 
@@ -156,6 +165,7 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
               help="Write the client trace here.")
 @click.option("--force", is_flag=True, help="Replace the trace in a non-empty output directory.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+@metrics_options(auto=True)
 @json_option
 def probe(url: str, n: int, concurrency: str, rate: str | None, duration_s: float | None, warmup_s: float,
           ramp_s: float, slo: str | None, burstiness: float, prompt_tokens: int,
@@ -163,7 +173,8 @@ def probe(url: str, n: int, concurrency: str, rate: str | None, duration_s: floa
           input_len: str | None, output_len: str | None, prefix_len: int, turns: int,
           max_tokens: int, tokenizer: Path | None, chat: bool | None, model: str | None,
           api_key: str | None, timeout: float, ignore_eos: bool, no_usage: bool, seed: int,
-          output: Path | None, force: bool, quiet: bool, as_json: bool) -> int:
+          output: Path | None, force: bool, quiet: bool, as_json: bool, metrics_url: str | None = None,
+          metrics_interval: float = 1.0) -> int:
     """Load-test an OpenAI-compatible endpoint and record what the client saw.
 
     \b
@@ -183,8 +194,12 @@ def probe(url: str, n: int, concurrency: str, rate: str | None, duration_s: floa
     outcome. Failed requests, broken streams included (no content token, no
     finish_reason, an error event, cut mid-message), are recorded and counted;
     a request on a pooled connection closed before any response byte is sent
-    again once on a new one. The exit code is 0 when the run completed, 3 when
-    nothing could be reached.
+    again once on a new one. With --metrics-url auto (or a URL) and -o it also
+    scrapes the server's Prometheus metrics every --metrics-interval seconds
+    into the trace (server_metrics: requests waiting/running, KV-cache usage,
+    queue/prefill/decode histograms, on this host's clock); a bad metrics
+    endpoint gets one warning and never costs the probe its results. The exit
+    code is 0 when the run completed, 3 when nothing could be reached.
     """
     from tracetool.serving.probe import ProbeConfig, run_probe
     from tracetool.serving.report import print_probe_report, probe_report
@@ -208,7 +223,8 @@ def probe(url: str, n: int, concurrency: str, rate: str | None, duration_s: floa
                       out=output, progress=not quiet, tokenizer=tokenizer, dataset=dataset, replay=replay,
                       time_scale=time_scale, prefix_len=prefix_len, turns=turns,
                       input_len=parse_len(input_len, "--input-len") if input_len else None,
-                      output_len=parse_len(output_len, "--output-len") if output_len else None)
+                      output_len=parse_len(output_len, "--output-len") if output_len else None,
+                      metrics_url=metrics_url, metrics_interval_s=metrics_interval)
     if len(conc) > 1 or (rates is not None and len(rates) > 1):
         axis, levels = ("concurrency", conc) if len(conc) > 1 else ("rate", rates or [])
         with sigterm_as_ctrl_c():
@@ -227,6 +243,13 @@ def probe(url: str, n: int, concurrency: str, rate: str | None, duration_s: floa
         print_probe_report(report)
     if output is not None:
         warn(f"trace written to {output}")
+        if metrics_url is not None:
+            from tracetool.meta import read_meta
+
+            info = read_meta(output).get("server_metrics") or {}
+            warn(f"engine metrics: {info.get('scrapes', 0)} scrape(s) of {info.get('url')}, "
+                 f"{info.get('rows', 0):,} samples in server_metrics"
+                 + (f"; stopped: {info['stopped']}" if info.get("stopped") else ""))
     return 0
 
 

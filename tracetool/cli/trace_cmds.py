@@ -38,7 +38,7 @@ def validate(trace: Path, as_json: bool) -> int:
         else:
             parts = [f"required {'/'.join(c.name for c in spec.required)}", "types"]
             parts += [f"{e} >= {s}" for s, e in spec.intervals]
-            if name == "spans":
+            if name in ("spans", "server_metrics"):
                 parts.append("clocks")
             if name == "tokens":
                 parts.append("index >= 0")

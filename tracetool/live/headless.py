@@ -121,8 +121,12 @@ def _valid_rows(table: str, batch: pa.RecordBatch) -> pa.Array | None:
 def record_live(addresses: Sequence[Address], out: Path, duration_s: float, *,
                 options: ClientOptions | None = None, force: bool = False,
                 stop: threading.Event | None = None,
-                progress: Callable[[str], None] | None = None) -> RecordResult:
+                progress: Callable[[str], None] | None = None,
+                beside: Callable[[TraceWriter], Callable[[], None]] | None = None) -> RecordResult:
     """Record live servers for ``duration_s`` seconds (or until ``stop`` is set) into ``out``.
+
+    ``beside(writer)``, with one server, starts something that writes into the same trace (the
+    server's scraped metrics: ``tracetool attach --metrics-url``) and returns its stop.
 
     Raises:
         UsageError: ``out`` is not empty (without ``force``) or not a directory.
@@ -141,6 +145,9 @@ def record_live(addresses: Sequence[Address], out: Path, duration_s: float, *,
     stop = stop or threading.Event()
     t0 = time.monotonic()
     interrupted = False
+    # something recorded beside the stream into the (one) trace, e.g. the server's scraped metrics:
+    # started with the writer, stopped before the trace is finished
+    stop_beside = beside(recs[0].writer) if beside is not None and len(recs) == 1 else None
     for r in recs:
         r.conn.start()
     with _stop_on_sigterm(stop) as terminated:  # installed while saving too: a second TERM waits
@@ -152,6 +159,8 @@ def record_live(addresses: Sequence[Address], out: Path, duration_s: float, *,
         elapsed = time.monotonic() - t0
         for r in recs:
             r.conn.stop()
+        if stop_beside is not None:
+            stop_beside()
         for r in recs:
             _finish(r, elapsed, opts)
     result = RecordResult(out, [r.rec for r in recs], elapsed, interrupted)

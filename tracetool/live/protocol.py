@@ -37,7 +37,7 @@ AUTH_HEADER = "authorization"
 #: ``tracetool merge`` only, never while recording; otlp_spans by ``tracetool receive``, which
 #: does not stream). Spelled out so that parsing an address
 #: does not import pyarrow; a test keeps it in step with tracetool.schema.TABLES.
-STREAMED = ("spans", "tokens", "gpu", "stacks", "steps", "requests")
+STREAMED = ("spans", "tokens", "gpu", "stacks", "steps", "requests", "server_metrics")
 #: Seconds between heartbeats on an idle stream.
 HEARTBEAT_S = 1.0
 #: A stream silent this long (no batch, no heartbeat) is taken for dead.

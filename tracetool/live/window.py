@@ -41,7 +41,8 @@ from tracetool.schema import TABLES
 
 #: The column that dates a row of each table (None or absent: joined by request id only).
 TIME_COLUMN: dict[str, str | None] = {"spans": "end_ns", "tokens": "emit_ns", "gpu": "ts_ns",
-                                      "stacks": "ts_ns", "steps": "end_ns", "requests": None}
+                                      "stacks": "ts_ns", "steps": "end_ns", "requests": None,
+                                      "server_metrics": "ts_ns"}
 #: The column a request starts at, per table (for "most recently started").
 START_COLUMN = {"spans": "start_ns", "tokens": "emit_ns"}
 

@@ -51,6 +51,7 @@ from tracetool.serving.schedule import (
     LoopMonitor,
     LoopStats,
     arrival_offsets,
+    check_config,
     print_progress,
     progress_loop,
 )
@@ -108,6 +109,9 @@ class ProbeConfig:
     ramp_s: float = 0.0
     out: Path | None = None
     progress: bool = True
+    #: scrape the server's Prometheus metrics into the trace (a URL, or "auto": origin + /metrics)
+    metrics_url: str | None = None
+    metrics_interval_s: float = 1.0
 
 
 @dataclass
@@ -217,6 +221,7 @@ class Prober:
         self.finished = 0
         self.failed = 0
         self.recorder: Any = None
+        self.scraper: Any = None  # collectors.prometheus.MetricsScraper with --metrics-url
         self.models_listed = False
         self.setup_connect: tuple[int, int] | None = None
         #: optional request fields, dropped (one notice each) when a server rejects them: usage in
@@ -253,6 +258,7 @@ class Prober:
         async with httpx.AsyncClient(limits=limits, **self._client_args) as client:
             model = cfg.model or await self._first_model(client)
             self._open_trace(model)
+            self._start_scraper()
             self._t0 = time.monotonic()
             sem = asyncio.Semaphore(cfg.concurrency)
             progress = asyncio.ensure_future(self._progress()) if cfg.progress else None
@@ -559,6 +565,16 @@ class Prober:
         if self.cfg.out is not None:
             self.recorder = ProbeTraces(self.cfg.out, probe_meta(self, model), self.setup_connect)
 
+    def _start_scraper(self) -> None:
+        """With --metrics-url: scrape the engine's metrics into the trace until it closes; the first
+        scrape is waited for (a bounded time) so the window's counters have a baseline."""
+        if self.cfg.metrics_url is None or self.recorder is None:
+            return
+        from collectors.prometheus import attach_scraper, metrics_url
+
+        self.scraper = attach_scraper(self.recorder.main, metrics_url(self.cfg.metrics_url, self.base), clock="client",
+                                      interval_s=self.cfg.metrics_interval_s, now=client_now)
+
     def _record(self, r: RequestResult) -> None:
         if self.recorder is not None:
             self.recorder.record(r)
@@ -571,24 +587,13 @@ class Prober:
 
 def run_probe(cfg: ProbeConfig) -> ProbeResult:
     """Run a probe to completion (blocking). Raises BadInput when the server cannot be reached."""
-    if (cfg.n is not None and cfg.n < 1) or cfg.concurrency < 1 or cfg.max_tokens < 1 or cfg.prompt_tokens < 1:
-        raise UsageError("-n, --concurrency, --max-tokens and --prompt-tokens must be >= 1")
-    if cfg.turns < 1 or cfg.prefix_len < 0 or not cfg.time_scale > 0:
-        raise UsageError("--turns must be >= 1, --prefix-len >= 0 and --time-scale > 0")
-    if sum(x is not None for x in (cfg.dataset, cfg.replay, cfg.prompt_file)) > 1:
-        raise UsageError("pick one of --dataset, --replay and --prompt-file")
-    if cfg.replay is not None and cfg.rate is not None:
-        raise UsageError("--replay keeps the file's timestamps; --rate does not apply")
-    if cfg.ramp_s and cfg.rate is None:
-        raise UsageError("--ramp ramps the --rate schedule; pass --rate")
-    if (cfg.duration_s is not None and cfg.duration_s <= 0) or cfg.warmup_s < 0 or cfg.ramp_s < 0:
-        raise UsageError("--duration must be > 0, --warmup and --ramp >= 0")
-    if cfg.turns > 1 and cfg.chat is False:
-        raise UsageError("--turns needs the chat endpoint (conversations carry messages)")
-    if cfg.rate is not None and cfg.rate <= 0:
-        raise UsageError("--rate must be > 0 requests/s")
-    if not cfg.burstiness > 0:
-        raise UsageError("--burstiness must be > 0")
+    check_config(cfg)  # a usage error before anything is sent
+    if cfg.metrics_url is not None:
+        from collectors.prometheus import metrics_url
+
+        if cfg.out is None:
+            raise UsageError("--metrics-url needs -o: the samples go into the trace's server_metrics table")
+        metrics_url(cfg.metrics_url, cfg.url)  # a bad URL is a usage error before anything is sent
     prober = Prober(cfg)
     result = asyncio.run(prober.run())
     if not prober.models_listed and all(r.unreachable for r in result.results):

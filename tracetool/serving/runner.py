@@ -50,6 +50,8 @@ class ServeConfig:
     #: False (``--no-record``): the collectors are installed but switched off
     #: (``Recorder(enabled=False)``): the baseline the recorder's cost is measured against.
     record: bool = True
+    #: ``--metrics-url``: (URL, interval s) of a server's Prometheus metrics to scrape into the trace
+    metrics: tuple[str, float] | None = None
 
 
 def check_out(out: Path, force: bool) -> None:
@@ -169,6 +171,10 @@ def run_server(cfg: ServeConfig, on_ready: Callable[[str], None] | None = None) 
     # --nvml[=HZ] / --pyspy[=HZ]: every sampler of collectors.launcher.SAMPLERS runs here,
     # in-process, writing into the server's own trace
     stops = start_samplers(rec, cfg.samplers, os.getpid())
+    if cfg.metrics is not None:
+        from collectors.prometheus import attach_scraper
+
+        attach_scraper(rec, cfg.metrics[0], clock="server", interval_s=cfg.metrics[1])
     context = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
     state = ServerState(engine, rec, served, context, cfg.limits)
 

@@ -26,6 +26,9 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
+
+from tracetool.errors import UsageError
 
 #: Event-loop lag (ms) beyond which the probe's own timing is no longer negligible.
 LAG_LIMIT_MS = 1.0
@@ -165,3 +168,25 @@ def print_progress(line: str, final: bool = False) -> None:
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
+
+
+def check_config(cfg: Any) -> None:
+    """The probe's options that cannot go together or are out of range: a usage error (exit 2)."""
+    if (cfg.n is not None and cfg.n < 1) or cfg.concurrency < 1 or cfg.max_tokens < 1 or cfg.prompt_tokens < 1:
+        raise UsageError("-n, --concurrency, --max-tokens and --prompt-tokens must be >= 1")
+    if cfg.turns < 1 or cfg.prefix_len < 0 or not cfg.time_scale > 0:
+        raise UsageError("--turns must be >= 1, --prefix-len >= 0 and --time-scale > 0")
+    if sum(x is not None for x in (cfg.dataset, cfg.replay, cfg.prompt_file)) > 1:
+        raise UsageError("pick one of --dataset, --replay and --prompt-file")
+    if cfg.replay is not None and cfg.rate is not None:
+        raise UsageError("--replay keeps the file's timestamps; --rate does not apply")
+    if cfg.ramp_s and cfg.rate is None:
+        raise UsageError("--ramp ramps the --rate schedule; pass --rate")
+    if (cfg.duration_s is not None and cfg.duration_s <= 0) or cfg.warmup_s < 0 or cfg.ramp_s < 0:
+        raise UsageError("--duration must be > 0, --warmup and --ramp >= 0")
+    if cfg.turns > 1 and cfg.chat is False:
+        raise UsageError("--turns needs the chat endpoint (conversations carry messages)")
+    if cfg.rate is not None and cfg.rate <= 0:
+        raise UsageError("--rate must be > 0 requests/s")
+    if not cfg.burstiness > 0:
+        raise UsageError("--burstiness must be > 0")

@@ -19,6 +19,7 @@ from textual.worker import get_current_worker
 
 from tracetool.glyphs import NOT_MEASURED
 from tracetool.tui import fmt
+from tracetool.tui.engine_view import EngineStrips, engine_note
 from tracetool.tui.model import View
 from tracetool.tui.queries import SystemData, system_data
 from tracetool.tui.screens.base import TraceScreen
@@ -53,6 +54,10 @@ class SystemScreen(TraceScreen):
             yield Static("CPU (py-spy) · share of samples per category over time", classes="section")
             yield Static("", id="cpu-note", classes="note")
             yield Strips(id="cpu-strips")
+            yield Static("Engine (/metrics) · requests in flight, waiting, running, KV-cache usage over the window",
+                         classes="section")
+            yield Static("", id="engine-note", classes="note")
+            yield EngineStrips(id="engine-strips")
 
     def show_view(self, view: View) -> None:
         doc = view.doc
@@ -63,6 +68,12 @@ class SystemScreen(TraceScreen):
             "gpu", "record with --nvml (tracetool record/serve) to sample NVML"))
         self.query_one("#cpu-note", Static).update(_cpu_note(doc) if has_cpu else _absent(
             "stacks", "record with --pyspy to sample the host CPU"))
+        engine = doc.get("engine")
+        self.query_one("#engine-strips").display = engine is not None
+        self.query_one("#engine-note", Static).update(engine_note(engine) if engine is not None else _absent(
+            "server_metrics", "probe with --metrics-url auto to scrape the server's /metrics"))
+        if engine is not None:
+            self.query_one(EngineStrips).load(view)
         if has_gpu or has_cpu:
             gen = self.trace_app.snapshot.generation if self.trace_app.snapshot else 0
             self._load(view, (gen, view.label))

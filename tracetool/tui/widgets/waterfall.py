@@ -18,7 +18,8 @@ class Waterfall(Widget):
     """Components of e2e (the analysis's ``components``) with their mean time and share of e2e.
 
     A component no request measured says "not measured" (unknown, not zero) and
-    draws no bar.
+    draws no bar; one filled from the engine's metrics shows its window mean, marked so, and
+    draws no bar either (it is not a per-request measurement).
     """
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
@@ -45,6 +46,12 @@ class Waterfall(Widget):
         start = 0.0
         for name, c in self._components.items():
             head = (f"{name:<{NAME_W}}", "bold" if name == self._bottleneck else "")
+            if not c.get("measured") and c.get("basis") == "engine-metrics":
+                # the engine's window mean (a scraped histogram), not a per-request measurement: no bar
+                lines.append(Content.assemble(head, (f"{fmt.ms(c.get('ms')):>{MS_W}}", "$text-muted italic"),
+                                              (f"{fmt.pct(c.get('share')):>{SHARE_W}} ", "$text-muted italic"),
+                                              ("engine metrics", "$text-muted italic")))
+                continue
             if not c.get("measured"):
                 lines.append(Content.assemble(head, (f"{'not measured':>{MS_W + SHARE_W}}", "$text-muted italic")))
                 continue
