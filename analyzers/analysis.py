@@ -31,6 +31,7 @@ from analyzers.params import (
 from tracetool.errors import BadInput
 from tracetool.reader import Trace
 from tracetool.schema import COMPONENTS
+from tracetool.slo import SLO
 
 FORMAT = "tracetool-analysis"
 #: Analyses of several traces (all together, then each alone) that run at once.
@@ -112,6 +113,14 @@ class Analysis:
         elif trace is not None:
             sql, params = sql + " WHERE trace = ?", [trace]
         return self.query(sql + " ORDER BY trace, request_id, index", params)
+
+    def slo(self, spec: SLO) -> dict[str, Any]:
+        """Goodput and attainment of ``spec`` over this analysis' requests (tracetool.slo; the ``slo``
+        object of docs/analysis-json.md): per request TTFT, TPOT, mean ITL and e2e, failed ones
+        counted as missing it; goodput per second of the decode block's wall time."""
+        rows = [{"ok": r["ok"], "ttft_ms": r["ttft_ms"], "tpot_ms": r["tpot_ms"], "itl_ms": r["itl_mean_ms"],
+                 "e2e_ms": r["e2e_ms"]} for r in self.rows("attribution_requests")]
+        return spec.evaluate(rows, self.one("decode_throughput").get("wall_s"))
 
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` document of ``tracetool analyze`` (docs/analysis-json.md)."""

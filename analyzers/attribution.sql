@@ -1,14 +1,17 @@
 -- Module attribution: where each request's time went, by the attribution rule
 -- of docs/trace-format.md, and the shares of e2e per component.
 --
--- Per request: e2e = client.request if present, else server.request, else (an
+-- Per request: e2e = client.request if present (plus client.queue, the time it
+-- waited in the load client after its intended send time), else server.request, else (an
 -- extension for in-process traces without request spans, e.g. Hugging Face
 -- generate) the extent of the request's server-clock spans and tokens.
 -- network = client.request - server.request when both exist, else not measured.
+-- client_queue = the sum of client.queue spans (client clock); null without them.
 -- Each phase = the sum of its spans' durations; a phase without spans is not
 -- measured for that request (null), which differs from a measured zero.
 -- other = server.request - sum of phases, not below 0; null without server.request.
--- TTFT is client-side (token 0's client_recv_ns - client.request start) where the
+-- TTFT is client-side (token 0's client_recv_ns - client.queue start, else
+-- client.request start) where the
 -- client recorded it, else server-side (token 0's emit_ns - server.request start,
 -- or the earliest server span). TPOT = (e2e - TTFT) / (output_tokens - 1), both on
 -- the TTFT's side. Failed requests (requests.status = 'error') are kept here but
@@ -17,8 +20,8 @@
 -- The components of the rule in the order a request passes through them, the one list of them
 -- here (tracetool.schema.COMPONENTS; tests/analyzers/test_sql_attribution.py keeps the two equal).
 CREATE OR REPLACE TEMP TABLE _attribution_components AS
-SELECT * FROM (VALUES (0, 'network'), (1, 'queue'), (2, 'tokenize'), (3, 'preprocess'), (4, 'prefill'),
-    (5, 'decode'), (6, 'detokenize'), (7, 'postprocess'), (8, 'other')) AS v(ordinal, component);
+SELECT * FROM (VALUES (0, 'client_queue'), (1, 'network'), (2, 'queue'), (3, 'tokenize'), (4, 'preprocess'),
+    (5, 'prefill'), (6, 'decode'), (7, 'detokenize'), (8, 'postprocess'), (9, 'other')) AS v(ordinal, component);
 
 -- @view attribution_spans
 -- Span durations per request and name group: the raw material of the rule.
@@ -26,6 +29,8 @@ SELECT * FROM (VALUES (0, 'network'), (1, 'queue'), (2, 'tokenize'), (3, 'prepro
 -- @column request_id: Request id.
 -- @column client_ns: Sum of client.request durations, nanoseconds (client clock).
 -- @column client_start_ns: Earliest client.request start, nanoseconds (client clock).
+-- @column client_queue_ns: Sum of client.queue durations (intended send to sent), nanoseconds (client clock).
+-- @column client_queue_start_ns: Earliest client.queue start: the intended send time, nanoseconds (client clock).
 -- @column server_ns: Sum of server.request durations, nanoseconds.
 -- @column server_start_ns: Earliest server.request start, nanoseconds (server clock).
 -- @column queue_ns: Sum of queue span durations, nanoseconds.
@@ -44,6 +49,8 @@ SELECT
     request_id,
     sum(end_ns - start_ns) FILTER (WHERE name = 'client.request')::BIGINT AS client_ns,
     min(start_ns) FILTER (WHERE name = 'client.request') AS client_start_ns,
+    sum(end_ns - start_ns) FILTER (WHERE name = 'client.queue')::BIGINT AS client_queue_ns,
+    min(start_ns) FILTER (WHERE name = 'client.queue') AS client_queue_start_ns,
     sum(end_ns - start_ns) FILTER (WHERE name = 'server.request')::BIGINT AS server_ns,
     min(start_ns) FILTER (WHERE name = 'server.request') AS server_start_ns,
     sum(end_ns - start_ns) FILTER (WHERE name = 'queue')::BIGINT AS queue_ns,
@@ -55,7 +62,7 @@ SELECT
     sum(end_ns - start_ns) FILTER (WHERE name = 'postprocess')::BIGINT AS postprocess_ns,
     min(start_ns) FILTER (WHERE clock = 'server') AS first_server_ns,
     max(end_ns) FILTER (WHERE clock = 'server') AS last_server_ns,
-    count(*) FILTER (WHERE name NOT IN ('client.request', 'server.request', 'queue', 'tokenize',
+    count(*) FILTER (WHERE name NOT IN ('client.request', 'client.queue', 'server.request', 'queue', 'tokenize',
         'preprocess', 'prefill', 'decode', 'detokenize', 'postprocess')) AS other_spans
 FROM spans
 WHERE request_id <> ''
@@ -92,13 +99,14 @@ j AS (
 r AS (
     SELECT
         *,
-        CASE WHEN client_ns IS NOT NULL THEN client_ns
+        CASE WHEN client_ns IS NOT NULL THEN client_ns + coalesce(client_queue_ns, 0)
              WHEN server_ns IS NOT NULL THEN server_ns
              WHEN first_server_ns IS NOT NULL THEN end_ns - start_ns END AS _e2e_ns,
         CASE WHEN client_ns IS NOT NULL THEN 'client'
              WHEN server_ns IS NOT NULL THEN 'server'
              WHEN first_server_ns IS NOT NULL THEN 'extent' END AS e2e_source,
-        CASE WHEN client_ns IS NOT NULL AND first_recv_ns IS NOT NULL THEN first_recv_ns - client_start_ns
+        CASE WHEN client_ns IS NOT NULL AND first_recv_ns IS NOT NULL
+             THEN first_recv_ns - coalesce(client_queue_start_ns, client_start_ns)
              ELSE first_emit_ns - coalesce(server_start_ns, first_server_ns) END AS _ttft_ns,
         CASE WHEN client_ns IS NOT NULL AND first_recv_ns IS NOT NULL THEN 'client'
              WHEN first_emit_ns IS NOT NULL AND coalesce(server_start_ns, first_server_ns) IS NOT NULL
@@ -110,6 +118,7 @@ c AS (
     SELECT
         trace, request_id, request_key, NOT coalesce(failed, false) AS ok,
         _e2e_ns / 1e6 AS e2e_ms, e2e_source,
+        client_queue_ns / 1e6 AS client_queue_ms,
         (client_ns - server_ns) / 1e6 AS network_ms,
         queue_ns / 1e6 AS queue_ms, tokenize_ns / 1e6 AS tokenize_ms,
         preprocess_ns / 1e6 AS preprocess_ms, prefill_ns / 1e6 AS prefill_ms,
@@ -123,7 +132,7 @@ c AS (
         server_ns / 1e6 AS server_ms,
         _ttft_ns / 1e6 AS ttft_ms, ttft_source,
         CASE WHEN _out >= 2 AND _ttft_ns IS NOT NULL THEN
-            ((CASE WHEN ttft_source = 'client' THEN client_ns
+            ((CASE WHEN ttft_source = 'client' THEN client_ns + coalesce(client_queue_ns, 0)
                    ELSE coalesce(server_ns, end_ns - coalesce(server_start_ns, first_server_ns)) END)
              - _ttft_ns) / 1e6 / (_out - 1) END AS tpot_ms,
         itl_mean_ms,
@@ -140,26 +149,28 @@ FROM c;
 -- Each request's components as rows (ordinal of _attribution_components; ms null = not measured):
 -- the one place that maps a component's column to its row.
 CREATE OR REPLACE TEMP TABLE _attribution_long AS
-SELECT trace, request_id, ok, e2e_ms, 0 AS ordinal, network_ms AS ms FROM _attribution_base
-UNION ALL SELECT trace, request_id, ok, e2e_ms, 1, queue_ms FROM _attribution_base
-UNION ALL SELECT trace, request_id, ok, e2e_ms, 2, tokenize_ms FROM _attribution_base
-UNION ALL SELECT trace, request_id, ok, e2e_ms, 3, preprocess_ms FROM _attribution_base
-UNION ALL SELECT trace, request_id, ok, e2e_ms, 4, prefill_ms FROM _attribution_base
-UNION ALL SELECT trace, request_id, ok, e2e_ms, 5, decode_ms FROM _attribution_base
-UNION ALL SELECT trace, request_id, ok, e2e_ms, 6, detokenize_ms FROM _attribution_base
-UNION ALL SELECT trace, request_id, ok, e2e_ms, 7, postprocess_ms FROM _attribution_base
-UNION ALL SELECT trace, request_id, ok, e2e_ms, 8, other_ms FROM _attribution_base;
+SELECT trace, request_id, ok, e2e_ms, 0 AS ordinal, client_queue_ms AS ms FROM _attribution_base
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 1, network_ms FROM _attribution_base
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 2, queue_ms FROM _attribution_base
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 3, tokenize_ms FROM _attribution_base
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 4, preprocess_ms FROM _attribution_base
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 5, prefill_ms FROM _attribution_base
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 6, decode_ms FROM _attribution_base
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 7, detokenize_ms FROM _attribution_base
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 8, postprocess_ms FROM _attribution_base
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 9, other_ms FROM _attribution_base;
 
 
 -- @table attribution_requests
--- One row per request seen in spans, tokens or requests: e2e, the nine
+-- One row per request seen in spans, tokens or requests: e2e, the ten
 -- components (null = not measured), TTFT, TPOT and token counts.
 -- @column trace: Trace label.
 -- @column request_id: Request id.
 -- @column request_key: Integer key of the request's tokens (tokens_requests); null without tokens. Filter per-token views on it.
 -- @column ok: False when the request failed (requests.status = 'error'); failed requests are left out of aggregates.
--- @column e2e_ms: End-to-end latency, milliseconds (null when no span gives one).
+-- @column e2e_ms: End-to-end latency, milliseconds (null when no span gives one); from the intended send time when the client recorded client.queue.
 -- @column e2e_source: Where e2e comes from: 'client' (client.request), 'server' (server.request) or 'extent' (first to last server-clock event).
+-- @column client_queue_ms: Time waiting in the load client after the intended send time (client.queue spans), milliseconds; null when the request has none.
 -- @column network_ms: client.request minus server.request, milliseconds; null when not both exist.
 -- @column queue_ms: Time in queue spans, milliseconds; null when the request has none.
 -- @column tokenize_ms: Time in tokenize spans, milliseconds; null when none.
@@ -190,11 +201,11 @@ LEFT JOIN (
 LEFT JOIN _attribution_components AS n ON n.ordinal = top.ordinal;
 
 -- @table attribution_components
--- The nine components over all successful requests: mean time where measured
+-- The ten components over all successful requests: mean time where measured
 -- and share of the summed e2e. The share is the component's sum over requests
 -- divided by the sum of e2e (docs/trace-format.md); measured is false, and
 -- share null, when no request measured the component.
--- @column ordinal: Position in the order requests pass through (network first, other last).
+-- @column ordinal: Position in the order requests pass through (client_queue first, in the load client before the request leaves it; other last).
 -- @column component: Component name.
 -- @column measured: True when at least one request measured this component.
 -- @column requests: Requests that measured it (count).

@@ -79,7 +79,9 @@ SELECT * FROM (VALUES
         || 'prefill_interference_share of decode time (step accounting)'),
     (30, 'preemption', 'warning', 'Requests were preempted mid-decode',
         'some request missed preemption_min_steps decode iterations in a row while the engine kept stepping, and '
-        || 'that time holds at least preemption_share of decode time')
+        || 'that time holds at least preemption_share of decode time'),
+    (31, 'client-bound', 'warning', 'The load client, not the server, limits the run',
+        'client.queue spans exist and the achieved send rate is below client_rate_ratio of the offered rate, or client_queue holds at least client_queue_share of e2e; the detail names the limit (concurrency cap, the probe''s event loop)')
 ) AS v(ordinal, id, severity, title, fires_when)
 -- module engine: the findings from the engine's metrics
 UNION ALL SELECT * FROM engine_findings_catalogue;
@@ -268,9 +270,38 @@ WITH f AS (
             THEN coalesce(_n(s.preempted_requests) || ' requests were preempted (' || _n(s.preemption_stalls) || ' stalls): '
                 || _ms(s.preempted_ms) || ' with no step while the engine kept stepping = ' || _pct(s.preempted_share)
                 || ' of decode time (longest ' || _ms(s.longest_stall_ms) || '): the KV cache ran out of room; give it '
-                || 'more memory (vLLM --gpu-memory-utilization), admit fewer sequences (--max-num-seqs) or shorter outputs', '') END}
+                || 'more memory (vLLM --gpu-memory-utilization), admit fewer sequences (--max-num-seqs) or shorter outputs', '') END},
+    -- offered and achieved rates come from the client.queue spans: start = intended send, end = sent
+    {'id': 'client-bound', 'detail': CASE WHEN cq.n > 0 AND (cq.achieved_rps < t.client_rate_ratio * cq.offered_rps
+            OR cqs.share >= t.client_queue_share)
+            THEN coalesce('the load client, not the server, sets the pace: '
+                || CASE WHEN cq.offered_rps IS NOT NULL THEN 'it sent ' || _f(cq.achieved_rps, 2) || ' requests/s of the '
+                    || _f(cq.offered_rps, 2) || ' offered (' || _pct(cq.achieved_rps / cq.offered_rps) || '); ' ELSE '' END
+                || 'requests waited ' || _ms(coalesce(cqs.ms, 0)) || ' each in the client after their intended send time = '
+                || _pct(coalesce(cqs.share, 0)) || ' of e2e. Limit: '
+                || CASE WHEN lag.n > 0 AND lag.total_ms >= 0.5 * cq.queue_total_ms
+                    THEN 'the probe''s own event loop (' || _n(lag.n) || ' stalls over 1 ms, worst ' || _ms(lag.max_ms)
+                        || '): drive fewer requests/s per probe process, or run several'
+                    ELSE 'the concurrency cap (at most ' || _n(fl.peak) || ' requests in flight while others waited): '
+                        || 'raise --concurrency to move the wait into the server''s queue, where it is the server''s' END, '') END}
     ], recursive := true)
     FROM summary_numbers AS s, _thresholds AS t, network_evidence AS ne, host_overhead AS ho,
+        (SELECT sum(n) AS n, sum(queue_total_ms) AS queue_total_ms,
+                arg_min(offered_rps, achieved_rps / offered_rps) AS offered_rps,
+                arg_min(achieved_rps, achieved_rps / offered_rps) AS achieved_rps
+         FROM (SELECT count(*) AS n, sum(end_ns - start_ns) / 1e6 AS queue_total_ms,
+                      (count(*) - 1) * 1e9 / nullif(max(start_ns) - min(start_ns), 0) AS offered_rps,
+                      (count(*) - 1) * 1e9 / nullif(max(end_ns) - min(end_ns), 0) AS achieved_rps
+               FROM spans WHERE name = 'client.queue' GROUP BY trace)) AS cq,
+        (SELECT ms, share FROM attribution_components WHERE component = 'client_queue') AS cqs,
+        (SELECT count(*) AS n, coalesce(sum(end_ns - start_ns), 0) / 1e6 AS total_ms,
+                max(end_ns - start_ns) / 1e6 AS max_ms
+         FROM spans WHERE name = 'client.loop_lag') AS lag,
+        -- the most client.request spans in flight at once (ends sort before starts at a tie)
+        (SELECT max(c) AS peak FROM (SELECT sum(d) OVER (PARTITION BY trace ORDER BY ts, d
+                                                        ROWS UNBOUNDED PRECEDING) AS c
+         FROM (SELECT trace, start_ns AS ts, 1 AS d FROM spans WHERE name = 'client.request'
+               UNION ALL SELECT trace, end_ns, -1 FROM spans WHERE name = 'client.request'))) AS fl,
         (SELECT count(*) AS n, median((end_ns - start_ns) / 1e6) AS p50_ms
          FROM spans WHERE name = 'client.connect') AS c,
         (SELECT count(*) AS n, sum(r.tokenize_ms) * 1000 / nullif(sum(r.prompt_tokens), 0) AS us_per_token

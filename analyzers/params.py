@@ -79,6 +79,10 @@ class Thresholds:
     #: Round trips that bound a streamed request's network time from above when only the client's TCP
     #: handshakes measure the link (a client-only trace): network <= this many RTTs.
     network_bound_round_trips: float = 10
+    #: A load client that sends below this share of its offered rate is the limit (client-bound).
+    client_rate_ratio: float = 0.9
+    #: Time waiting in the load client (client_queue) at or above this share of e2e: client-bound.
+    client_queue_share: float = 0.10
     # -- engine metrics (module engine: a server's scraped /metrics) --
     #: Requests waiting at one scrape at or above this: the engine queued requests.
     engine_waiting_requests: float = 1

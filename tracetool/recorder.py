@@ -304,13 +304,14 @@ class Recorder:
 
     def request_info(self, request_id: str, *, prompt_tokens: int | None = None,
                      output_tokens: int | None = None, status: str | None = None,
-                     error: str | None = None, prompt_chars: int | None = None) -> None:
+                     error: str | None = None, prompt_chars: int | None = None,
+                     cached_prompt_tokens: int | None = None, reasoning_tokens: int | None = None) -> None:
         """Record a ``requests`` row: sizes and outcome of one request."""
         if not self._enabled:
             return
         try:
             self.writer.sink("requests").append((request_id, prompt_tokens, output_tokens, status,
-                                                 error, prompt_chars))
+                                                 error, prompt_chars, cached_prompt_tokens, reasoning_tokens))
         except Exception as e:
             self.error("request_info", e)
 

@@ -36,10 +36,20 @@ METRICS_CLOCKS = ("client", "server", "scraper")
 #: by the analyzers unless they start with one of these).
 CLIENT_REQUEST = "client.request"
 SERVER_REQUEST = "server.request"
+#: A load client's wait between a request's intended send time and its send (tracetool probe --rate).
+CLIENT_QUEUE = "client.queue"
 PHASES = ("tokenize", "queue", "preprocess", "prefill", "decode", "detokenize", "postprocess")
 #: Components of the attribution rule, in the order they happen.
-COMPONENTS = ("network", "queue", "tokenize", "preprocess", "prefill", "decode",
+COMPONENTS = ("client_queue", "network", "queue", "tokenize", "preprocess", "prefill", "decode",
               "detokenize", "postprocess", "other")
+#: Components that only a scheduled load run can measure (``client.queue`` spans of ``tracetool
+#: probe --rate``): screens and reports leave them out where no request measured them.
+OPTIONAL_COMPONENTS = ("client_queue",)
+
+
+def shown_components(components: dict[str, dict[str, object]]) -> dict[str, dict[str, object]]:
+    """The analysis's ``components`` less the optional ones no request measured."""
+    return {k: v for k, v in components.items() if k not in OPTIONAL_COMPONENTS or v.get("measured")}
 
 
 @dataclass(frozen=True)
@@ -188,6 +198,11 @@ REQUESTS = Table(
         _c("status", STR, "`ok` or `error`."),
         _c("error", STR, "Error message when status is `error`."),
         _c("prompt_chars", I64, "Prompt length, characters."),
+        _c("cached_prompt_tokens", I32, "Prompt tokens the server served from its prefix cache "
+           "(usage.prompt_tokens_details.cached_tokens), when it reports them."),
+        _c("reasoning_tokens", I32, "Output tokens the server marked as reasoning "
+           "(usage.completion_tokens_details.reasoning_tokens, else reasoning_content chunks); "
+           "included in output_tokens."),
     ),
 )
 

@@ -20,7 +20,7 @@ def test_attribution_requests_by_the_rule(toy_con: Any) -> None:
     a, b = got["a"], got["b"]
     assert a == {
         "trace": "toy", "request_id": "a", "request_key": 1, "ok": True, "e2e_ms": 150.0, "e2e_source": "client",
-        "network_ms": 30.0, "queue_ms": 10.0, "tokenize_ms": 2.0, "preprocess_ms": None, "prefill_ms": 28.0,
+        "client_queue_ms": None, "network_ms": 30.0, "queue_ms": 10.0, "tokenize_ms": 2.0, "preprocess_ms": None, "prefill_ms": 28.0,
         "decode_ms": 60.0, "detokenize_ms": None, "postprocess_ms": 5.0, "other_ms": 15.0, "server_ms": 120.0,
         "ttft_ms": 65.0, "ttft_source": "client", "tpot_ms": pytest.approx(85 / 3), "itl_mean_ms": 20.0,
         "output_tokens": 4, "prompt_tokens": None, "decode_tok_s": pytest.approx(3000 / 85),
@@ -34,7 +34,7 @@ def test_attribution_requests_by_the_rule(toy_con: Any) -> None:
 def test_components_shares_and_measured(toy_con: Any) -> None:
     got = {r["component"]: r for r in rows(toy_con, "SELECT * FROM attribution_components")}
     # sum of e2e = 250 ms
-    expect = {"network": (True, 1, 30.0, 0.12), "queue": (True, 1, 10.0, 0.04),
+    expect = {"client_queue": (False, 0, None, None), "network": (True, 1, 30.0, 0.12), "queue": (True, 1, 10.0, 0.04),
               "tokenize": (True, 1, 2.0, 0.008), "preprocess": (False, 0, None, None),
               "prefill": (True, 2, 34.0, 0.272), "decode": (True, 2, 50.0, 0.4),
               "detokenize": (False, 0, None, None), "postprocess": (True, 1, 5.0, 0.02),
@@ -45,7 +45,7 @@ def test_components_shares_and_measured(toy_con: Any) -> None:
         assert r["ms"] == (pytest.approx(ms) if ms is not None else None), name
         assert r["share"] == (pytest.approx(share) if share is not None else None), name
     assert [n for n, r in got.items() if r["bottleneck"]] == ["decode"]
-    assert list(got) == ["network", "queue", "tokenize", "preprocess", "prefill", "decode", "detokenize",
+    assert list(got) == ["client_queue", "network", "queue", "tokenize", "preprocess", "prefill", "decode", "detokenize",
                          "postprocess", "other"]
     assert sum(r["share"] or 0 for r in got.values()) == pytest.approx(1.0)
 
@@ -110,3 +110,55 @@ def test_the_helper_table_lists_the_schemas_components(toy_con: Any) -> None:
     assert [(r["ordinal"], r["component"]) for r in got] == list(enumerate(COMPONENTS))
     long = rows(toy_con, "SELECT DISTINCT ordinal FROM _attribution_long ORDER BY ordinal")
     assert [r["ordinal"] for r in long] == list(range(len(COMPONENTS))), "every component has its column"
+
+
+def test_client_queue_counts_in_e2e_ttft_and_its_own_component(tmp_path: Any) -> None:
+    """A scheduled load run: due at 0, sent at 40 ms (client.queue), answered by 140 ms. e2e and TTFT
+    count from the intended send; network is still client.request - server.request; TPOT unchanged."""
+    from analyzer_scenarios import MS, spans, tokens, write_trace
+
+    import analyzers
+
+    p = write_trace(tmp_path / "t", {
+        "spans": spans([("r", "client.queue", 0, 40 * MS, "client"), ("r", "client.request", 40 * MS, 140 * MS, "client"),
+                        ("r", "server.request", 1000 * MS, 1090 * MS, "server"),
+                        ("r", "decode", 1030 * MS, 1090 * MS, "server")]),
+        "tokens": tokens([{"request_id": "r", "index": i, "emit_ns": (1030 + 20 * i) * MS,
+                           "client_recv_ns": (70 + 20 * i) * MS} for i in range(4)])})
+    con = analyzers.connect([p])
+    r = rows(con, "SELECT e2e_ms, client_queue_ms, network_ms, ttft_ms, tpot_ms, other_ms, bottleneck "
+                  "FROM attribution_requests")[0]
+    assert r == {"e2e_ms": 140.0, "client_queue_ms": 40.0, "network_ms": 10.0, "ttft_ms": 70.0,
+                 "tpot_ms": pytest.approx(70 / 3), "other_ms": 30.0, "bottleneck": "decode"}
+    comps = {c["component"]: c for c in rows(con, "SELECT * FROM attribution_components")}
+    assert comps["client_queue"]["share"] == pytest.approx(40 / 140)
+    assert comps["client_queue"]["ordinal"] == 0
+    assert sum(c["share"] or 0 for c in comps.values()) == pytest.approx(1.0)
+
+
+def _client_bound(tmp_path: Any, lag_ms: float) -> dict[str, Any] | None:
+    """Ten requests due every 10 ms (100/s offered) but sent every 20 ms (50/s achieved), each answered
+    in 100 ms (so at most 5 in flight); ``lag_ms`` of client.loop_lag stalls per request (request_id '')."""
+    from analyzer_scenarios import MS, spans, write_trace
+
+    import analyzers
+
+    span_rows = []
+    for i in range(10):
+        due, sent = i * 10 * MS, i * 20 * MS
+        span_rows += [(f"r{i}", "client.queue", due, sent, "client"), (f"r{i}", "client.request", sent, sent + 100 * MS, "client")]
+        if lag_ms:
+            span_rows.append(("", "client.loop_lag", due, due + round(lag_ms * MS), "client"))
+    con = analyzers.connect([write_trace(tmp_path / f"t{lag_ms}", {"spans": spans(span_rows)})])
+    found = rows(con, "SELECT id, detail FROM findings WHERE id = 'client-bound'")
+    return found[0] if found else None
+
+
+def test_client_bound_names_the_concurrency_cap_or_the_event_loop(tmp_path: Any) -> None:
+    cap = _client_bound(tmp_path, 0)
+    assert cap is not None
+    assert "it sent 50.00 requests/s of the 100.00 offered (50.0 %)" in cap["detail"]
+    assert "requests waited 45.0 ms each" in cap["detail"]  # 0, 10, ..., 90 ms
+    assert "the concurrency cap (at most 5 requests in flight" in cap["detail"]
+    loop = _client_bound(tmp_path, 30)  # 300 ms of stalls against 450 ms of waiting
+    assert loop is not None and "the probe's own event loop (10 stalls over 1 ms, worst 30.0 ms)" in loop["detail"]

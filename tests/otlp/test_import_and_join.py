@@ -66,7 +66,7 @@ def _client_trace(path: Path, ids: list[str], *, connect_failed: str | None = No
             if rid != connect_failed:
                 w.sink("spans").append((rid, "client.request", 1_000 + i, 2_000_000_000 + i, "client"))
             w.sink("requests").append((rid, 5, 3, "error" if rid == connect_failed else "ok",
-                                       "connect failed: refused" if rid == connect_failed else None, 40))
+                                       "connect failed: refused" if rid == connect_failed else None, 40, None, None))
     return open_trace(path)
 
 

@@ -129,7 +129,8 @@ def test_bad_budget_files_exit_3_naming_file_and_key(cli, trace_dirs, tmp_path: 
     assert r.code == 3
     assert one_error_line(r) == (f"tracetool: error: {b}: unknown key 'p95_tft_ms' (did you mean 'p95_ttft_ms'?); "
                                  "budget keys are <stat>_<metric>_ms, <stat>_<metric>_pct (stat: mean, p50, p90, "
-                                 "p95, p99; metric: ttft, itl, tpot, e2e), a component name, or the [report] table")
+                                 "p95, p99; metric: ttft, itl, tpot, e2e), a component name, slo, goodput_min, "
+                                 "slo_attainment_min, or the [report] table")
     b.write_text("[report]\nconfidence = 1.5\n")
     r = cli("report", trace_dirs["candidate"], "--budget", b)
     assert r.code == 3 and f"{b}: report.confidence = 1.5" in one_error_line(r)

@@ -22,7 +22,7 @@ def test_the_documented_budget_file_parses() -> None:
     block = re.search(r"```toml\n(.*?)```", text, re.S)
     assert block
     b = parse_budget(tomllib.loads(block.group(1)), "ci/latency.toml")
-    assert {lim.kind for lim in b.limits} == {"absolute", "relative", "share"}
+    assert {lim.kind for lim in b.limits} == {"absolute", "relative", "share", "slo"}
 
 
 def test_every_report_setting_is_documented() -> None:

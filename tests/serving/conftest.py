@@ -71,3 +71,20 @@ def network_ms(trace: Trace) -> dict[str, float]:
     """Per request with both spans: client.request − server.request, in ms (the attribution rule)."""
     return {rid: (d["client.request"] - d["server.request"]) / 1e6 for rid, d in span_durations(trace).items()
             if "client.request" in d and "server.request" in d}
+
+
+@pytest.fixture(scope="session")
+def word_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A local Hugging Face tokenizer (a directory with tokenizer.json): one token per word of the
+    probe's vocabulary, trained here with the tokenizers library (nothing downloaded). Exact counts
+    are then easy to compute by hand: the number of words."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from tracetool.serving.workloads import WORDS
+
+    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator([" ".join(WORDS)] * 2, trainers.WordLevelTrainer(special_tokens=["[UNK]"]))
+    d = tmp_path_factory.mktemp("tokenizer")
+    tok.save(str(d / "tokenizer.json"))
+    return d

@@ -80,7 +80,8 @@ def test_request_detail_has_spans_and_tokens(chat: Path, snap: Any) -> None:
 def test_console_reads_tables_and_analyzer_views(chat: Path, snap: Any) -> None:
     view = snap(chat).view(None)
     r = run_console(view, "SELECT component, measured FROM attribution_components ORDER BY ordinal")
-    assert r.columns == ["component", "measured"] and r.rows[0] == ("network", True) and not r.truncated
+    assert r.columns == ["component", "measured"] and r.rows[:2] == [("client_queue", False), ("network", True)]
+    assert not r.truncated
     r = run_console(view, "select count(*) from tokens;", max_rows=5)
     assert r.rows == [(2680,)]
     r = run_console(view, "FROM tokens", max_rows=5)

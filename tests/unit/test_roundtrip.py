@@ -21,7 +21,7 @@ ROWS = {
             (2_000, 1, None, None, None, None, None, None, None, None, None, None, None, None, None)],
     "stacks": [(10, "MainThread", "tokenize", "main;encode;_bpe", 3), (11, "worker", "idle", "run;wait", 1)],
     "steps": [(0, 100, 200, 4, 512, 0, 512), (1, 200, 260, 4, 0, 4, 2052)],
-    "requests": [("r1", 12, 2, "ok", None, 48), ("r2", None, 1, "error", "boom", None)],
+    "requests": [("r1", 12, 2, "ok", None, 48, 8, None), ("r2", None, 1, "error", "boom", None, None, 3)],
     "clock_offsets": [("r1", -1_500, 4_000), ("r2", None, None)],
     "otlp_spans": [("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331", None, "chatcmpl-1", "llm_request",
                     "server", "vllm", "vllm.llm_engine", 100, 900, "unset", "vllm", '{"gen_ai.latency.e2e": 0.5}'),
@@ -58,6 +58,27 @@ def test_append_batch_and_rows_mix(tmp_path: Path) -> None:
     t = open_trace(tmp_path).table("tokens")
     assert t.num_rows == 4
     assert sorted(t.column("kv_len").to_pylist(), key=lambda v: (v is None, v)) == [5, 7, 8, None]
+
+
+def test_rows_may_leave_out_trailing_optional_columns(tmp_path: Path) -> None:
+    """A table that gains an optional column keeps taking the rows its writers appended before
+    (requests gained cached_prompt_tokens and reasoning_tokens); a required column can't be left out."""
+    with TraceWriter(tmp_path) as w:
+        w.sink("requests").append(("r1", 5, 3, "ok", None, 20))  # the six columns of before
+        w.sink("requests").append(("r2", 5, 3, "ok", None, 20, 4, 1))
+        w.sink("gpu").append((1, 0, 50.0))  # a row sink, the optional columns left out
+        for bad in [("r3",) + (None,) * 20, ()]:
+            try:
+                w.sink("requests").append(bad)
+            except ValueError as e:
+                assert "requests: expected" in str(e)
+            else:
+                raise AssertionError(f"{bad!r} was taken")
+    rows = {r["request_id"]: r for r in open_trace(tmp_path).table("requests").to_pylist()}
+    assert set(rows) == {"r1", "r2"}
+    assert open_trace(tmp_path).table("gpu").to_pylist()[0]["sm_util_pct"] == 50.0
+    assert rows["r1"]["cached_prompt_tokens"] is None and rows["r1"]["prompt_chars"] == 20
+    assert rows["r2"]["cached_prompt_tokens"] == 4 and rows["r2"]["reasoning_tokens"] == 1
 
 
 def test_tuple_feed_rows_are_converted_by_the_flusher(tmp_path: Path) -> None:

@@ -38,6 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "receive": ("tracetool.cli.receive_cmd:receive", "Receive OpenTelemetry spans (OTLP gRPC/HTTP) from vLLM, SGLang, TGI as a trace."),
     "export": ("tracetool.cli.export_cmd:export", "Export a trace as Chrome trace-event JSON for ui.perfetto.dev."),
     "report": ("tracetool.cli.report_cmd:report", "CI latency report and pass/fail gate: baseline, budgets, md/json/junit."),
+    "diff": ("tracetool.cli.diff_cmd:diff", "Two traces of one workload side by side: which components moved, and by how much."),
     "tui": ("tracetool.cli.tui_cmd:tui", "Browse a trace in the terminal: where the time went, which story is wrong."),
     "attach": ("tracetool.cli.attach_cmd:attach", "Watch running servers live in the TUI, or record their stream headless."),
 }

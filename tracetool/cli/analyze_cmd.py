@@ -39,8 +39,11 @@ _VERDICT_MARK = {"supported": "✓", "contributing": "~", "misdiagnosis": "✗",
 @click.option("--threshold", "thresholds", multiple=True, metavar="NAME=VALUE",
               help="Change a verdict or finding threshold, e.g. supported_share=0.4 (names in "
                    "docs/findings.md).")
+@click.option("--slo", default=None, metavar="KEY=MS,...",
+              help="Service-level objectives (ttft_ms, tpot_ms, itl_ms, e2e_ms; attainment=0.99): goodput and "
+                   "attainment in the output (slo).")
 def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], roofline: Roofline,
-            thresholds: tuple[str, ...]) -> int:
+            thresholds: tuple[str, ...], slo: str | None) -> int:
     """Attribute each request's latency and say which story about it is wrong.
 
     TRACES are trace directories, or directories of traces (one per server);
@@ -53,10 +56,14 @@ def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], ro
     (docs/findings.md). Exit 0, or 3 when a trace cannot be analysed.
     """
     import analyzers
+    from tracetool.slo import parse_slo
 
+    spec = parse_slo(slo)
     th = analyzers.Thresholds().with_overrides(dict(analyzers.parse_threshold(t) for t in thresholds))
     a = analyzers.analyze(list(traces), claims=list(claims), thresholds=th, **roofline.kwargs())
     doc = a.to_json()
+    if spec is not None:
+        doc["slo"] = a.slo(spec)
     for w in doc["warnings"]:
         warn(w)
     if doc["itl_ms"]["n"] == 0 and doc["ttft_ms"]["n"] == 0:
@@ -110,6 +117,13 @@ def print_analysis(doc: dict[str, Any]) -> None:
              f" → {fmt_pct(roof['bandwidth_efficiency'])} of peak bandwidth")
     elif d["roofline_note"]:
         echo(f"  roofline: none ({d['roofline_note']})")
+    if doc.get("slo"):
+        sl = doc["slo"]
+        echo("")
+        echo(f"SLO {', '.join(f'{k} <= {v:g}' for k, v in sl['targets'].items())}: {sl['met_requests']} of "
+             f"{sl['requests']} requests met it ({fmt_pct(sl['attainment'])}), goodput "
+             f"{'-' if sl['goodput_rps'] is None else format(sl['goodput_rps'], '.2f')} req/s: "
+             + ("met" if sl["met"] else f"NOT met (needs {fmt_pct(sl['attainment_target'])})"))
     if doc["findings"]:
         echo("")
         echo("findings")

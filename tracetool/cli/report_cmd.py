@@ -35,8 +35,11 @@ from tracetool.errors import EXIT_OK, EXIT_THRESHOLD, BadInput
 @roofline_options
 @click.option("--claim", "claims", multiple=True, metavar="NAME",
               help="A story to judge (repeatable; as in analyze): network-rtt, tokenizer, ...")
+@click.option("--slo", default=None, metavar="KEY=MS,...",
+              help="Service-level objectives (ttft_ms, tpot_ms, itl_ms, e2e_ms): goodput and attainment in the "
+                   "report, judged by the budget's goodput_min and slo_attainment_min (default: the budget's slo).")
 def report(trace: Path, baseline: Path | None, budget_file: Path | None, fmt: str, output: Path | None,
-           tolerance_pct: float | None, roofline: Roofline, claims: tuple[str, ...]) -> int:
+           tolerance_pct: float | None, roofline: Roofline, claims: tuple[str, ...], slo: str | None) -> int:
     """Latency report and CI gate for TRACE: percentiles, breakdown, findings, checks.
 
     Prints TTFT/ITL/TPOT/e2e percentiles, where the time went, the analysis'
@@ -53,10 +56,13 @@ def report(trace: Path, baseline: Path | None, budget_file: Path | None, fmt: st
     """
     from tracetool.report import analyse, build_report, load_budget, render
     from tracetool.report.budget import Budget
+    from tracetool.slo import parse_slo
 
+    spec = parse_slo(slo)
     budget = load_budget(budget_file) if budget_file is not None else Budget()
     budget.require_baseline(baseline is not None)  # a usage error before minutes of analysis
-    run = analyse(trace, claims=claims, **roofline.kwargs())
+    spec = spec or parse_slo(budget.slo)
+    run = analyse(trace, claims=claims, slo=spec, **roofline.kwargs())
     base = analyse(baseline, role="baseline", **roofline.kwargs()) if baseline is not None else None
     for w in run.warnings:
         warn(w)

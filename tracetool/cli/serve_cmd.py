@@ -103,18 +103,51 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
 # -- probe -------------------------------------------------------------------------------------------
 @click.command()
 @click.argument("url")
-@click.option("-n", "--requests", "n", type=click.IntRange(1), default=16, show_default=True,
-              help="Requests to send.")
-@click.option("--concurrency", type=click.IntRange(1), default=4, show_default=True,
-              help="Requests in flight at most.")
-@click.option("--rate", type=click.FloatRange(0, min_open=True), default=None,
-              help="Poisson arrivals at this many requests/s (default: as fast as --concurrency allows).")
+@click.option("-n", "--requests", "n", type=click.IntRange(1), default=None,
+              help="Requests to send (conversations with --turns); default 16, or every prompt of "
+                   "--dataset / line of --replay.")
+@click.option("--concurrency", default="4", show_default=True, metavar="C[,C...]",
+              help="Requests in flight at most; a list (1,4,16) sweeps them, one run each into OUT/<level>.")
+@click.option("--rate", default=None, metavar="R[,R...]",
+              help="Poisson arrivals at this many requests/s, latency counted from each intended send time "
+                   "(default: as fast as --concurrency allows); a list (1,2,4) sweeps them.")
+@click.option("--duration", "duration_s", type=click.FloatRange(0, min_open=True), default=None,
+              help="Send for this many seconds (with --rate: every arrival within it; else closed loop).")
+@click.option("--warmup", "warmup_s", type=click.FloatRange(0), default=0.0, show_default=True,
+              help="Requests due in the first S seconds are warm-up: recorded in OUT/warmup, left out of "
+                   "the figures and the analysis.")
+@click.option("--ramp", "ramp_s", type=click.FloatRange(0), default=0.0, show_default=True,
+              help="With --rate: ramp the arrival rate linearly from 0 over the first S seconds.")
+@click.option("--slo", default=None, metavar="KEY=MS,...",
+              help="Service-level objectives (ttft_ms, tpot_ms, itl_ms, e2e_ms; attainment=0.99): goodput, "
+                   "attainment, and in a sweep the highest level that meets them.")
+@click.option("--burstiness", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True,
+              help="With --rate: shape of the gamma-distributed gaps between arrivals (1 = Poisson, "
+                   "as vLLM's; inf = evenly spaced; below 1 burstier).")
 @click.option("--prompt-tokens", type=click.IntRange(1), default=64, show_default=True,
               help="Approximate prompt length: this many random common words (~1 token each).")
 @click.option("--prompt-file", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Prompts to send, one per line (cycled); replaces --prompt-tokens.")
+@click.option("--dataset", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Prompts from a file: ShareGPT JSON, JSONL (prompt or messages per line) or plain text, "
+                   "one prompt per line (docs/workloads.md).")
+@click.option("--replay", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Replay a timestamped trace: vLLM timed-trace or Mooncake JSONL (docs/workloads.md).")
+@click.option("--time-scale", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True,
+              help="With --replay: multiply the file's gaps by this (0.5 = twice as fast).")
+@click.option("--input-len", default=None, metavar="N[:STD]",
+              help="Synthetic prompts of N tokens (normal with STD), exact with --tokenizer, else approximate.")
+@click.option("--output-len", default=None, metavar="N[:STD]",
+              help="max_tokens per request drawn as N tokens (normal with STD); replaces --max-tokens.")
+@click.option("--prefix-len", type=click.IntRange(0), default=0, show_default=True,
+              help="Put one shared N-token prefix before every prompt (exercises prefix caches).")
+@click.option("--turns", type=click.IntRange(1), default=1, show_default=True,
+              help="Multi-turn: each request starts a conversation of K turns carrying its history (chat).")
 @click.option("--max-tokens", type=click.IntRange(1), default=32, show_default=True,
               help="max_tokens of each request.")
+@click.option("--tokenizer", type=click.Path(path_type=Path), default=None,
+              help="Local tokenizer (a model directory or tokenizer.json; never downloaded): prompt tokens "
+                   "where the server's usage gives none.")
 @click.option("--chat/--completions", "chat", default=None,
               help="Endpoint: /v1/chat/completions (default) or /v1/completions.")
 @old_spelling("--model", "--served-model-name", "model")
@@ -134,8 +167,11 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @metrics_options(auto=True)
 @json_option
-def probe(url: str, n: int, concurrency: int, rate: float | None, prompt_tokens: int,
-          prompt_file: Path | None, max_tokens: int, chat: bool | None, model: str | None,
+def probe(url: str, n: int, concurrency: str, rate: str | None, duration_s: float | None, warmup_s: float,
+          ramp_s: float, slo: str | None, burstiness: float, prompt_tokens: int,
+          prompt_file: Path | None, dataset: Path | None, replay: Path | None, time_scale: float,
+          input_len: str | None, output_len: str | None, prefix_len: int, turns: int,
+          max_tokens: int, tokenizer: Path | None, chat: bool | None, model: str | None,
           api_key: str | None, timeout: float, ignore_eos: bool, no_usage: bool, seed: int,
           output: Path | None, force: bool, quiet: bool, as_json: bool, metrics_url: str | None = None,
           metrics_interval: float = 1.0) -> int:
@@ -144,6 +180,8 @@ def probe(url: str, n: int, concurrency: int, rate: float | None, prompt_tokens:
     \b
         tracetool probe http://127.0.0.1:8000 -n 64 --concurrency 8 -o client-trace
         tracetool probe https://host/v1 --served-model-name m --rate 2 --prompt-tokens 512 --max-tokens 128
+        tracetool probe URL --dataset sharegpt.json -n 200 --rate 4 --tokenizer /models/llama
+        tracetool probe URL --replay mooncake.jsonl --time-scale 0.5 -o trace
 
     Works with vLLM, SGLang, TGI, llama.cpp server or tracetool serve. Streams
     each request, sends its id as X-Request-ID (and traceparent), and prints
@@ -166,17 +204,39 @@ def probe(url: str, n: int, concurrency: int, rate: float | None, prompt_tokens:
     from tracetool.serving.probe import ProbeConfig, run_probe
     from tracetool.serving.report import print_probe_report, probe_report
     from tracetool.serving.runner import check_out
+    from tracetool.serving.sweep import parse_levels, print_sweep, run_sweep
+    from tracetool.serving.workloads import parse_len
+    from tracetool.slo import parse_slo
 
+    slo_spec = parse_slo(slo)
+    conc = parse_levels(concurrency, "--concurrency", integer=True)
+    rates = parse_levels(rate, "--rate", integer=False) if rate is not None else None
+    if len(conc) > 1 and rates is not None and len(rates) > 1:
+        raise UsageError("sweep one of --concurrency and --rate, not both")
     if output is not None:
         check_out(output, force)
-    cfg = ProbeConfig(url=url, n=n, concurrency=concurrency, rate=rate, prompt_tokens=prompt_tokens,
+    cfg = ProbeConfig(url=url, n=n, concurrency=int(conc[0]), rate=rates[0] if rates else None,
+                      burstiness=burstiness, duration_s=duration_s, warmup_s=warmup_s, ramp_s=ramp_s,
+                      prompt_tokens=prompt_tokens,
                       prompt_file=prompt_file, max_tokens=max_tokens, chat=chat, model=model, api_key=api_key,
                       timeout_s=timeout, seed=seed, ignore_eos=ignore_eos, include_usage=not no_usage,
-                      out=output, progress=not quiet, metrics_url=metrics_url,
-                      metrics_interval_s=metrics_interval)
+                      out=output, progress=not quiet, tokenizer=tokenizer, dataset=dataset, replay=replay,
+                      time_scale=time_scale, prefix_len=prefix_len, turns=turns,
+                      input_len=parse_len(input_len, "--input-len") if input_len else None,
+                      output_len=parse_len(output_len, "--output-len") if output_len else None,
+                      metrics_url=metrics_url, metrics_interval_s=metrics_interval)
+    if len(conc) > 1 or (rates is not None and len(rates) > 1):
+        axis, levels = ("concurrency", conc) if len(conc) > 1 else ("rate", rates or [])
+        with sigterm_as_ctrl_c():
+            doc = run_sweep(cfg, axis, levels, slo_spec)
+        if as_json:
+            emit_json(doc)
+        else:
+            print_sweep(doc)
+        return 0
     with sigterm_as_ctrl_c():  # stopped early either way, the trace is closed first
         result = run_probe(cfg)
-    report = probe_report(result)
+    report = probe_report(result, slo=slo_spec)
     if as_json:
         emit_json(report)
     else:

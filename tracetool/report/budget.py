@@ -5,6 +5,9 @@ A budget file is flat on purpose, one line per promise::
     p95_ttft_ms = 500      # absolute: p95 TTFT at most 500 ms
     p50_itl_pct = 10       # relative: p50 ITL at most 10 % slower than the baseline
     network = 0.2          # share: network at most 20 % of e2e
+    slo = "ttft_ms=500,tpot_ms=50"   # the SLOs the next two judge (or report --slo)
+    goodput_min = 2.0      # requests/s meeting every SLO, at least
+    slo_attainment_min = 0.95        # share of requests meeting every SLO, at least
 
     [report]
     tolerance_pct = 5      # the default regression checks
@@ -28,6 +31,7 @@ from typing import Any
 from tracetool.errors import BadInput, UsageError
 from tracetool.report.stats import STATS
 from tracetool.schema import COMPONENTS  # a share budget can name any component of the attribution
+from tracetool.slo import parse_slo
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -36,6 +40,8 @@ else:  # pragma: no cover - Python 3.10
 
 #: Latency metrics a budget can name, in display order.
 METRICS = ("ttft", "itl", "tpot", "e2e")
+#: Budgets on the SLOs (the budget's ``slo`` string, or ``report --slo``).
+SLO_KEYS = ("goodput_min", "slo_attainment_min")
 #: The statistics the default regression checks gate on.
 DEFAULT_STATS = ("p50", "p95")
 
@@ -91,6 +97,8 @@ class Budget:
     source: str | None = None
     limits: tuple[Limit, ...] = ()
     settings: Settings = field(default_factory=Settings)
+    #: the SLOs (tracetool.slo syntax) that goodput_min and slo_attainment_min judge
+    slo: str | None = None
 
     @property
     def relative(self) -> tuple[Limit, ...]:
@@ -135,9 +143,26 @@ def parse_budget(data: dict[str, Any], source: str) -> Budget:
     """Check a budget mapping (the TOML document) and return the :class:`Budget`."""
     limits: list[Limit] = []
     settings = Settings()
+    slo: str | None = None
     for key, value in data.items():
         if key == "report":
             settings = _settings(value, source)
+            continue
+        if key == "slo":
+            if not isinstance(value, str):
+                raise BadInput(f"{source}: slo = {value!r}: expected a string like \"ttft_ms=500,tpot_ms=50\"")
+            try:
+                parse_slo(value)
+            except UsageError as e:
+                raise BadInput(f"{source}: {e}") from None
+            slo = value
+            continue
+        if key in SLO_KEYS:
+            x = _number(key, value, source)
+            if x < 0 or (key == "slo_attainment_min" and x > 1):
+                raise BadInput(f"{source}: {key} = {value!r}: " + ("a share in [0, 1]" if key == "slo_attainment_min"
+                                                                 else "requests/s, 0 or more"))
+            limits.append(Limit(key=key, kind="slo", metric=key, stat=None, value=x))
             continue
         m = _KEY.match(key)
         if m:
@@ -151,8 +176,9 @@ def parse_budget(data: dict[str, Any], source: str) -> Budget:
         else:
             raise BadInput(f"{source}: unknown key '{key}'{_suggest(key, _all_keys())}; budget keys are "
                            "<stat>_<metric>_ms, <stat>_<metric>_pct (stat: mean, p50, p90, p95, p99; metric: "
-                           "ttft, itl, tpot, e2e), a component name, or the [report] table")
-    return Budget(source=source, limits=tuple(sorted(limits, key=_order)), settings=settings)
+                           "ttft, itl, tpot, e2e), a component name, slo, goodput_min, slo_attainment_min, "
+                           "or the [report] table")
+    return Budget(source=source, limits=tuple(sorted(limits, key=_order)), settings=settings, slo=slo)
 
 
 def _metric_limit(key: str, value: Any, m: re.Match[str], source: str) -> Limit:
@@ -213,7 +239,7 @@ def _number(key: str, value: Any, source: str) -> float:
 
 def _all_keys() -> list[str]:
     keys = [f"{s}_{m}_{u}" for s in STATS for m in METRICS for u in ("ms", "pct")]
-    return [*keys, *COMPONENTS, "report"]
+    return [*keys, *COMPONENTS, "slo", *SLO_KEYS, "report"]
 
 
 def _suggest(key: str, choices: list[str], prefix: str = "") -> str:
@@ -222,7 +248,9 @@ def _suggest(key: str, choices: list[str], prefix: str = "") -> str:
 
 
 def _order(lim: Limit) -> tuple[int, int, int]:
-    kinds = ("relative", "absolute", "share")
+    kinds = ("relative", "absolute", "share", "slo")
+    if lim.kind == "slo":
+        return (kinds.index(lim.kind), SLO_KEYS.index(lim.metric), 0)
     if lim.kind == "share":
         return (kinds.index(lim.kind), COMPONENTS.index(lim.metric), 0)
     assert lim.stat is not None

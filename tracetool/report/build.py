@@ -24,6 +24,8 @@ from tracetool.report import fmt
 from tracetool.report.budget import COMPONENTS, METRICS, Budget
 from tracetool.report.gate import GateResult, Side, evaluate
 from tracetool.report.stats import Sample
+from tracetool.schema import shown_components
+from tracetool.slo import SLO
 
 FORMAT = "tracetool-report"
 VERSION = 1
@@ -54,12 +56,13 @@ class Run:
                    for m in METRICS}
         components = {c: {**v, "ms": fmt.rnd(v["ms"], 3), "share": fmt.rnd(v["share"], 4)}
                       for c, v in self.doc["components"].items()}
-        return Side(label=self.label, latency=latency, components=components, samples=self.samples)
+        return Side(label=self.label, latency=latency, components=components, samples=self.samples,
+                    slo=self.doc.get("slo"))
 
 
 def analyse(path: str | os.PathLike[str], *, role: str = "trace", model: str | None = None,
             gpu: str | None = None, gpus: int | None = None, weight_dtype: str | None = None,
-            kv_dtype: str | None = None, claims: Sequence[str] = ()) -> Run:
+            kv_dtype: str | None = None, claims: Sequence[str] = (), slo: SLO | None = None) -> Run:
     """Analyse one trace (or a directory of traces) for the report.
 
     Raises:
@@ -79,6 +82,8 @@ def analyse(path: str | os.PathLike[str], *, role: str = "trace", model: str | N
             raise
         raise type(e)(prefix + str(e)) from e
     doc = a.to_json()
+    if slo is not None:
+        doc["slo"] = a.slo(slo)
     if doc["requests"] and doc["requests"] == doc["failed_requests"]:
         raise BadInput(f"{prefix}{path}: all {doc['requests']} requests failed: no latency to report")
     sources = sorted({str(t.meta.get("import", {}).get("tool")) for t in traces
@@ -151,11 +156,12 @@ class Report:
             "baseline_latency": _latency(self.baseline.doc) if self.baseline else None,
             "components": {c: {"ms": fmt.rnd(v["ms"], 3), "share": fmt.rnd(v["share"], 4),
                                "measured": bool(v["measured"]), "requests": v["requests"]}
-                           for c, v in d["components"].items() if c in COMPONENTS},
+                           for c, v in shown_components(d["components"]).items() if c in COMPONENTS},
             "comparison": None if self.baseline is None else [_comparison(c) for c in self.gate.comparisons],
             "checks": [_check(c) for c in checks],
             "findings": [dict(f) for f in d.get("findings", [])],
             "claims": [{**c, "share": fmt.rnd(c.get("share"), 4)} for c in d.get("claims", [])],
+            **({"slo": d["slo"]} if d.get("slo") else {}),
         }
 
 
@@ -201,7 +207,7 @@ def _comparison(c: Any) -> dict[str, Any]:
 
 
 def _check(c: Any) -> dict[str, Any]:
-    digits = {"pct": 2, "ms": 3, "share": 4}[c.unit]
+    digits = {"pct": 2, "ms": 3, "share": 4, "rps": 3}[c.unit]
     return {"id": c.id, "kind": c.kind, "key": c.key, "title": c.title, "status": c.status, "unit": c.unit,
             "value": fmt.rnd(c.value, digits), "limit": c.limit,
             "ci_low": fmt.rnd(c.ci_low, 2), "ci_high": fmt.rnd(c.ci_high, 2), "message": c.message}

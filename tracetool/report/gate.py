@@ -45,6 +45,8 @@ class Side:
     latency: Mapping[str, Mapping[str, Any]]
     components: Mapping[str, Mapping[str, Any]]
     samples: Mapping[str, Sample]
+    #: the analysis' ``slo`` object (goodput, attainment), when SLOs were given
+    slo: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,8 @@ def evaluate(cand: Side, base: Side | None, budget: Budget) -> GateResult:
             out.checks.append(_absolute_check(cand, lim, s))
         elif lim.kind == "share":
             out.checks.append(_share_check(cand, lim, s))
+        elif lim.kind == "slo":
+            out.checks.append(_slo_check(cand, lim, s))
     return out
 
 
@@ -237,6 +241,28 @@ def _share_check(cand: Side, lim: Limit, s: Settings) -> Check:
     return make(status=status, value=value,
                 message=f"{lim.metric} holds {fmt.share(value)} of e2e, {verb} the budget "
                          f"{lim.key} = {lim.value:g}")
+
+
+def _slo_check(cand: Side, lim: Limit, s: Settings) -> Check:
+    goodput = lim.key == "goodput_min"
+    unit, title = (("rps", f"goodput at least {lim.value:g} requests/s meeting every SLO") if goodput
+                   else ("share", f"SLO attainment at least {fmt.share(lim.value)}"))
+    make = partial(Check, id=f"slo.{lim.key}", kind="slo", key=lim.key, title=title, unit=unit, limit=lim.value)
+    sl = cand.slo or {}
+    value = sl.get("goodput_rps" if goodput else "attainment")
+    if value is None:
+        return make(status="fail" if s.unmeasured == "fail" else "skip",
+                    message=f"{lim.key}: no SLOs given (the budget's slo, or --slo) or no requests")
+    status = "fail" if value < lim.value else "pass"
+    said = f"{value:.2f} requests/s" if goodput else fmt.share(value)
+    verb = "below" if status == "fail" else "meets"
+    return make(status=status, value=value, message=f"{'goodput' if goodput else 'SLO attainment'} {said} "
+                f"({sl.get('met_requests')} of {sl.get('requests')} requests met {_targets(sl)}), {verb} the "
+                f"budget {lim.key} = {lim.value:g}")
+
+
+def _targets(sl: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k} <= {v:g}" for k, v in (sl.get("targets") or {}).items())
 
 
 __all__ = ["Check", "Comparison", "GateResult", "Side", "compare", "evaluate"]

@@ -69,6 +69,12 @@ def render_markdown(doc: dict[str, Any]) -> str:
     if unmeasured:
         out.append(f"Not measured (unknown, not zero): {', '.join(unmeasured)}.")
         out.append("")
+    if doc.get("slo"):
+        sl = doc["slo"]
+        targets = ", ".join(f"{k} ≤ {v:g}" for k, v in sl["targets"].items())
+        good = "–" if sl["goodput_rps"] is None else f"{sl['goodput_rps']:.2f} req/s"
+        out += ["### SLOs", "", f"{targets}: {sl['met_requests']} of {sl['requests']} requests met them "
+                f"({fmt.share(sl['attainment'])}); goodput {good}.", ""]
     if doc["findings"]:
         out += ["### Findings", ""]
         rows = [[SEVERITY_MARK.get(f["severity"], ""), f"**{f['title']}** (`{f['id']}`)", f["detail"]]
@@ -112,6 +118,8 @@ def _measured(c: dict[str, Any]) -> str:
         return f"{fmt.pct(c['value'])} ({fmt.pct(c['ci_low'])} … {fmt.pct(c['ci_high'])})"
     if c["unit"] == "ms":
         return fmt.ms(c["value"])
+    if c["unit"] == "rps":
+        return f"{c['value']:.2f} req/s"
     return fmt.share(c["value"])
 
 

@@ -4,7 +4,10 @@ It streams chat or completion requests (vLLM, SGLang, TGI, llama.cpp server,
 ``tracetool serve``) and writes what the client saw as a v1 trace:
 
 * a ``client.request`` span per request (request sent, connection set-up
-  included → last byte received) and a ``client.connect`` span for each new
+  included → last byte received), a ``client.queue`` span before it when the
+  run has a schedule (``--rate``: intended send time → sent; time the request
+  waited in the client for a concurrency slot or a late event loop, see
+  :mod:`tracetool.serving.schedule`), and a ``client.connect`` span for each new
   TCP connection (the TCP handshake: one RTT sample per connection), both on
   the client clock;
 * a ``tokens`` row per content chunk with ``client_recv_ns``;
@@ -30,19 +33,31 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
-import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from tracetool.errors import BadInput, UsageError
 from tracetool.notices import say_once
 from tracetool.serving import probe_events, server_timings
-from tracetool.serving.probe_trace import write_request
+from tracetool.serving.probe_http import _error_message, _one_line, _read_capped, _rejected_field
+from tracetool.serving.probe_trace import ProbeTraces, probe_meta
+from tracetool.serving.schedule import (
+    CPU_BOUND,
+    LAG_LIMIT_MS,
+    LAG_WARN_SHARE,
+    LoopMonitor,
+    LoopStats,
+    arrival_offsets,
+    check_config,
+    print_progress,
+    progress_loop,
+)
 from tracetool.serving.sse import MalformedStream, SSEParser, parse_server_timing
+from tracetool.serving.tokens import load_tokenizer
+from tracetool.serving.workloads import Job, Turn, WorkloadSpec, build_jobs, prompt_text
 
 #: Most of an error body or model list read: enough for any message, bounded against endless bodies.
 MAX_BODY_BYTES = 1 << 20
@@ -55,7 +70,6 @@ def client_now() -> int:
     return time.perf_counter_ns() + _EPOCH0
 
 
-WORDS = tuple(["time", "year", "people", "way", "day", "man", "thing", "woman", "life", "child", "world", "school", "state", "family", "student", "group", "country", "problem", "hand", "part", "place", "case", "week", "company", "system", "program", "question", "work", "government", "number", "night", "point", "home", "water", "room", "mother", "area", "money", "story", "fact", "month", "lot", "right", "study", "book", "eye", "job", "word", "business", "issue", "side", "kind", "head", "house", "service", "friend", "father", "power", "hour", "game", "line", "end", "member", "law", "car", "city", "community", "name", "president", "team", "minute", "idea", "kid", "body", "information", "back", "parent", "face", "others", "level", "office", "door", "health", "person", "art", "war", "history", "party", "result", "change", "morning", "reason", "research", "girl", "guy", "moment", "air", "teacher", "force", "education", "river", "light", "music", "market", "paper", "garden", "window", "table", "stone", "bridge", "signal", "summer", "winter", "letter", "picture", "village", "engine", "answer"])
 
 
 @dataclass
@@ -63,9 +77,12 @@ class ProbeConfig:
     """What to send. See ``tracetool probe --help`` for each option."""
 
     url: str
-    n: int = 16
+    #: requests (conversations with --turns); None: 16, or every prompt of --dataset / --replay
+    n: int | None = None
     concurrency: int = 4
     rate: float | None = None
+    #: shape of the gamma-distributed gaps between arrivals (1 = Poisson, inf = evenly spaced)
+    burstiness: float = 1.0
     prompt_tokens: int = 64
     prompt_file: Path | None = None
     max_tokens: int = 32
@@ -76,6 +93,20 @@ class ProbeConfig:
     seed: int = 0
     ignore_eos: bool = False
     include_usage: bool = True
+    #: a local tokenizer (directory or tokenizer.json): prompt lengths where the server gives none
+    tokenizer: Path | None = None
+    #: the workload: a dataset, a replay, synthetic lengths (tracetool.serving.workloads)
+    dataset: Path | None = None
+    replay: Path | None = None
+    time_scale: float = 1.0
+    input_len: tuple[int, float] | None = None
+    output_len: tuple[int, float] | None = None
+    prefix_len: int = 0
+    turns: int = 1
+    #: the run's shape: how long (s), the warm-up excluded from the figures (s), the rate's ramp (s)
+    duration_s: float | None = None
+    warmup_s: float = 0.0
+    ramp_s: float = 0.0
     out: Path | None = None
     progress: bool = True
     #: scrape the server's Prometheus metrics into the trace (a URL, or "auto": origin + /metrics)
@@ -91,11 +122,29 @@ class RequestResult:
     request_id: str
     prompt_chars: int
     start_ns: int = 0
+    #: when the schedule said to send it (client clock); None in a closed-loop run (no schedule)
+    intended_ns: int | None = None
+    #: when the probe's loop got round to it (client clock): past intended_ns by the loop's lateness;
+    #: from here to start_ns it waited for a concurrency slot
+    dispatched_ns: int | None = None
     end_ns: int = 0
     last_chunk_ns: int = 0
     token_ns: list[int] = field(default_factory=list)
     output_tokens: int | None = None
     prompt_tokens: int | None = None
+    #: prompt tokens the server served from its prefix cache (usage.prompt_tokens_details)
+    cached_prompt_tokens: int | None = None
+    #: reasoning tokens as the server's usage reports them (completion_tokens_details)
+    reasoning_tokens: int | None = None
+    #: chunks that carried reasoning_content (or reasoning): tokens, counted apart
+    reasoning_chunks: int = 0
+    #: the prompt's length by --tokenizer, for servers whose usage gives none
+    local_prompt_tokens: int | None = None
+    #: due within --warmup: recorded in OUT/warmup, left out of the report and the analysis
+    warmup: bool = False
+    #: keep the answer's text (a turn whose answer the next turn carries as history)
+    keep_text: bool = False
+    text: list[str] = field(default_factory=list)
     http_status: int | None = None
     error: str | None = None
     connect: tuple[int, int] | None = None
@@ -135,6 +184,11 @@ class ProbeResult:
     #: the TCP handshake of the model-list request (client clock): with keep-alive, the first
     #: request reuses that connection, so at concurrency 1 it is the run's only RTT sample
     setup_connect: tuple[int, int] | None = None
+    #: the probe's own health: event-loop lag and CPU (None when not monitored)
+    loop: LoopStats | None = None
+    cpu_share: float | None = None
+    #: what was sent: source, file, lengths (exact by a tokenizer, or approximate), as in meta.json
+    workload: dict[str, Any] | None = None
 
 
 def normalize_url(url: str, chat: bool | None) -> tuple[str, bool]:
@@ -154,22 +208,6 @@ def normalize_url(url: str, chat: bool | None) -> tuple[str, bool]:
     if "/" not in rest:
         u += "/v1"
     return u, True if chat is None else chat
-
-
-def make_prompts(cfg: ProbeConfig) -> list[str]:
-    """``n`` prompts: lines of ``--prompt-file`` (cycled), else seeded random common words."""
-    if cfg.prompt_file is not None:
-        try:
-            lines = [ln.strip() for ln in Path(cfg.prompt_file).read_text(encoding="utf-8").splitlines()]
-        except (OSError, UnicodeDecodeError) as e:
-            raise BadInput(f"{cfg.prompt_file}: cannot read prompts ({e})") from e
-        lines = [ln for ln in lines if ln]
-        if not lines:
-            raise BadInput(f"{cfg.prompt_file}: no prompts (one per line)")
-        return [lines[i % len(lines)] for i in range(cfg.n)]
-    rng = random.Random(cfg.seed)
-    # about one token per common word (with its leading space) in BPE tokenizers
-    return [" ".join(rng.choice(WORDS) for _ in range(max(1, cfg.prompt_tokens))) for _ in range(cfg.n)]
 
 
 class Prober:
@@ -195,13 +233,24 @@ class Prober:
         #: requests in flight, by index (what has arrived of them so far)
         self.live: dict[int, RequestResult] = {}
         self._t0 = time.monotonic()
+        self.monitor = LoopMonitor(client_now, on_window=self._on_loop_window)
+        self.tokenizer = load_tokenizer(cfg.tokenizer)
+        #: every file is read and checked here, before anything is sent
+        self.spec = WorkloadSpec(
+            n=cfg.n, prompt_tokens=cfg.prompt_tokens, prompt_file=cfg.prompt_file, dataset=cfg.dataset,
+            replay=cfg.replay, time_scale=cfg.time_scale, input_len=cfg.input_len, output_len=cfg.output_len,
+            prefix_len=cfg.prefix_len, turns=cfg.turns, seed=cfg.seed)
+        self.jobs = build_jobs(self.spec, self.tokenizer)
+        self.total = sum(len(j.turns) for j in self.jobs)
+        self.next_index = self.next_job = 0
+        self.t0_ns = client_now()
+        self.scheduled = False
 
     # -- the run ------------------------------------------------------------------------
     async def run(self) -> ProbeResult:
         import httpx
 
         cfg = self.cfg
-        prompts = make_prompts(cfg)
         limits = httpx.Limits(max_connections=cfg.concurrency, max_keepalive_connections=cfg.concurrency)
         timeout = httpx.Timeout(cfg.timeout_s, connect=min(cfg.timeout_s, 10.0))
         headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
@@ -212,29 +261,92 @@ class Prober:
             self._start_scraper()
             self._t0 = time.monotonic()
             sem = asyncio.Semaphore(cfg.concurrency)
-            rng = random.Random(cfg.seed + 1)
             progress = asyncio.ensure_future(self._progress()) if cfg.progress else None
-            tasks = []
-            next_at = time.monotonic()
+            monitor = asyncio.ensure_future(self.monitor.run())
+            tasks: list[asyncio.Future[Any]] = []
             try:
-                for i, prompt in enumerate(prompts):
-                    if cfg.rate:
-                        next_at += rng.expovariate(cfg.rate)  # Poisson arrivals
-                        delay = next_at - time.monotonic()
-                        if delay > 0:
-                            await asyncio.sleep(delay)
-                    tasks.append(asyncio.ensure_future(self._guarded(client, sem, i, prompt, model)))
+                await self._dispatch(client, sem, model, tasks)
                 await asyncio.gather(*tasks)
             finally:
                 for t in tasks:
                     t.cancel()
+                monitor.cancel()
                 if progress is not None:
                     progress.cancel()
                     self._print_progress(final=True)
                 self._close_trace()
         wall = time.monotonic() - self._t0
         self.results.sort(key=lambda r: r.index)
-        return ProbeResult(cfg, self.base, model, self.chat, self.results, wall, cfg.out, self.setup_connect)
+        return ProbeResult(cfg, self.base, model, self.chat, self.results, wall, cfg.out, self.setup_connect,
+                           loop=self.monitor.stats, cpu_share=self.monitor.cpu_share(),
+                           workload=probe_meta(self, model)["probe"]["workload"])
+
+    async def _dispatch(self, client: Any, sem: asyncio.Semaphore, model: str,
+                        tasks: list[asyncio.Future[Any]]) -> None:
+        """Start every conversation when it is due: at its replay time, by the --rate schedule (within
+        --duration, ramping over --ramp), or closed-loop (--concurrency workers, until the jobs or
+        --duration run out). Requests due within --warmup are marked warm-up."""
+        cfg = self.cfg
+        self.t0_ns = t0 = client_now()
+        if cfg.rate is None and cfg.replay is None:  # closed loop: no schedule, no client queue
+            if cfg.duration_s is None:
+                for job in self.jobs:
+                    tasks.append(asyncio.ensure_future(
+                        self._conversation(client, sem, self._take(job), job, model, None)))
+                return
+            tasks.extend(asyncio.ensure_future(self._worker(client, sem, model)) for _ in range(cfg.concurrency))
+            return
+        if cfg.replay is not None:
+            offsets = [j.at or 0.0 for j in self.jobs]
+            if cfg.duration_s is not None:
+                offsets = [o for o in offsets if o < cfg.duration_s]
+        else:
+            assert cfg.rate is not None
+            offsets = arrival_offsets(None if cfg.duration_s is not None else len(self.jobs), cfg.rate,
+                                      seed=cfg.seed + 1, burstiness=cfg.burstiness, ramp_s=cfg.ramp_s,
+                                      duration_s=cfg.duration_s)
+        self.scheduled = True
+        for i, at in enumerate(offsets):
+            job = self._job(i)
+            intended = t0 + int(at * 1e9)
+            delay = (intended - client_now()) / 1e9
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.ensure_future(self._conversation(client, sem, self._take(job), job, model, intended)))
+
+    async def _worker(self, client: Any, sem: asyncio.Semaphore, model: str) -> None:
+        """One closed-loop slot: the next conversation as soon as the last ended, until --duration."""
+        end = self.t0_ns + int((self.cfg.duration_s or 0) * 1e9)
+        while client_now() < end:
+            job = self._job(self.next_job)
+            await self._conversation(client, sem, self._take(job), job, model, None)
+
+    def _job(self, i: int) -> Job:
+        """Job ``i``, building more (seeded on) when a --duration run outlasts the ones built."""
+        while i >= len(self.jobs):
+            self.jobs.extend(build_jobs(replace(self.spec, n=max(64, self.cfg.concurrency * 4),
+                                                seed=self.spec.seed + len(self.jobs)), self.tokenizer))
+        return self.jobs[i]
+
+    def _take(self, job: Job) -> int:
+        """Request index of ``job``'s first turn (the turns after it take the next ones)."""
+        first = self.next_index
+        self.next_index += len(job.turns)
+        self.next_job += 1
+        self.total = max(self.total, self.next_index)
+        return first
+
+    def _on_loop_window(self, late_share: float, max_lag_ms: float) -> None:
+        """Warn (once) when the probe's own event loop falls behind: near the limit its figures
+        measure the client as much as the server."""
+        if late_share >= LAG_WARN_SHARE:
+            say_once("probe-loop-lag", f"the probe's event loop is lagging ({late_share * 100:.0f} % of wake-ups "
+                     f"later than {LAG_LIMIT_MS:g} ms, worst {max_lag_ms:.1f} ms): the probe is near what one "
+                     "process can drive; its latencies include its own delay (use fewer requests/s per probe, "
+                     "or several probes)")
+        if self.monitor.cpu_share() >= CPU_BOUND:
+            say_once("probe-cpu", "the probe process is using a whole CPU core: it is near what one process "
+                     "can drive, and sends and reads late")
 
     async def _first_model(self, client: Any) -> str:
         import httpx
@@ -269,10 +381,37 @@ class Prober:
         except (ValueError, KeyError, IndexError, TypeError, RecursionError) as e:
             raise BadInput(f"{url} did not list a model; pass --model NAME") from e
 
-    async def _guarded(self, client: Any, sem: asyncio.Semaphore, i: int, prompt: str, model: str) -> None:
+    async def _conversation(self, client: Any, sem: asyncio.Semaphore, first: int, job: Job, model: str,
+                            intended_ns: int | None) -> None:
+        """A job's turns one after another, each carrying the history (user turns and the answers
+        received). A later turn is due when the answer before it ended; a failed turn ends it."""
+        history: list[dict[str, Any]] = []
+        for k, turn in enumerate(job.turns):
+            if turn.messages is not None or not self.chat:
+                ask = turn
+            else:
+                ask = Turn(messages=[*history, {"role": "user", "content": turn.text or ""}],
+                           max_tokens=turn.max_tokens, source=turn.source)
+            r = await self._guarded(client, sem, first + k, ask, model, intended_ns,
+                                    keep_text=k < len(job.turns) - 1)
+            if not r.ok:
+                return
+            history = [*(ask.messages or []), {"role": "assistant", "content": "".join(r.text)}]
+            intended_ns = r.end_ns if self.scheduled else None
+
+    async def _guarded(self, client: Any, sem: asyncio.Semaphore, i: int, prompt: Turn, model: str,
+                       intended_ns: int | None = None, keep_text: bool = False) -> RequestResult:
+        dispatched = client_now()
         async with sem:
             self.in_flight += 1
-            r = RequestResult(i, uuid.uuid4().hex, len(prompt))
+            text = prompt_text(prompt)
+            r = RequestResult(i, uuid.uuid4().hex, len(text), intended_ns=intended_ns, dispatched_ns=dispatched,
+                              keep_text=keep_text)
+            # warm-up: due (or, closed loop, given its slot) within the first --warmup seconds
+            r.warmup = ((intended_ns if intended_ns is not None else client_now()) - self.t0_ns
+                        < self.cfg.warmup_s * 1e9)
+            if self.tokenizer is not None:
+                r.local_prompt_tokens = self.tokenizer.count(text)
             self.live[i] = r
             try:
                 await self._request(client, r, prompt, model)
@@ -283,20 +422,23 @@ class Prober:
                 self.failed += 0 if r.ok else 1
                 self.results.append(r)
                 self._record(r)
+        return r
 
     # -- one request ---------------------------------------------------------------------
-    def _body(self, prompt: str, model: str) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": model, "max_tokens": self.cfg.max_tokens, "stream": True}
+    def _body(self, prompt: Turn, model: str) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": model, "max_tokens": prompt.max_tokens or self.cfg.max_tokens,
+                                "stream": True}
         if self.chat:
-            body["messages"] = [{"role": "user", "content": prompt}]
+            body["messages"] = (prompt.messages if prompt.messages is not None
+                                else [{"role": "user", "content": prompt.text or ""}])
         else:
-            body["prompt"] = prompt
+            body["prompt"] = prompt_text(prompt)
         body.update(self.optional)
         if self.cfg.ignore_eos:
             body["ignore_eos"] = True
         return body
 
-    async def _request(self, client: Any, r: RequestResult, prompt: str, model: str) -> None:
+    async def _request(self, client: Any, r: RequestResult, prompt: Turn, model: str) -> None:
         import httpx
 
         url = f"{self.base}/chat/completions" if self.chat else f"{self.base}/completions"
@@ -349,14 +491,16 @@ class Prober:
                      + (" (token counts are content chunks)" if rejected == "stream_options" else ""))
             await self._again(client, r, prompt, model)
 
-    async def _retry_fresh(self, r: RequestResult, prompt: str, model: str) -> None:
+    async def _retry_fresh(self, r: RequestResult, prompt: Turn, model: str) -> None:
         """Send ``r`` again, once, on a connection of its own, after a pooled connection was closed
         before any response byte: the server never saw the request (llama.cpp's llama-server closes
         a connection after each stream, and the pool may hand out that connection before it notices).
         The first attempt is kept in ``retry``; whatever the second attempt gets is the outcome."""
         import httpx
 
-        fresh = RequestResult(r.index, r.request_id, r.prompt_chars)
+        fresh = RequestResult(r.index, r.request_id, r.prompt_chars, intended_ns=r.intended_ns,
+                              dispatched_ns=r.dispatched_ns, local_prompt_tokens=r.local_prompt_tokens,
+                              keep_text=r.keep_text)
         fresh.retry = (r.start_ns, r.end_ns, r.error or "connection closed before the response")
         one = httpx.Limits(max_connections=1, max_keepalive_connections=0)
         async with httpx.AsyncClient(limits=one, **self._client_args) as client:
@@ -365,9 +509,11 @@ class Prober:
             fresh.error = (fresh.error + " (sent again on a new connection)")[:500]
         r.__dict__.update(fresh.__dict__)
 
-    async def _again(self, client: Any, r: RequestResult, prompt: str, model: str) -> None:
+    async def _again(self, client: Any, r: RequestResult, prompt: Turn, model: str) -> None:
         """Send request ``r`` once more as a fresh result, keeping its id and index."""
-        fresh = RequestResult(r.index, r.request_id, r.prompt_chars)
+        fresh = RequestResult(r.index, r.request_id, r.prompt_chars, intended_ns=r.intended_ns,
+                              dispatched_ns=r.dispatched_ns, local_prompt_tokens=r.local_prompt_tokens,
+                              keep_text=r.keep_text)
         await self._request(client, fresh, prompt, model)
         fresh.retry = fresh.retry or r.retry
         r.__dict__.update(fresh.__dict__)
@@ -406,50 +552,18 @@ class Prober:
     def _on_event(self, r: RequestResult, data: str, t: int) -> None:
         probe_events.on_event(r, data, t)
 
-    # -- progress on stderr ----------------------------------------------------------------
+    # -- progress on stderr (tracetool.serving.schedule) -------------------------------------------
     async def _progress(self) -> None:
-        tty = sys.stderr.isatty()
-        every = 0.25 if tty else 2.0
-        while True:
-            await asyncio.sleep(every)
-            self._print_progress()
+        await progress_loop(self._print_progress)
 
     def _print_progress(self, final: bool = False) -> None:
-        tty = sys.stderr.isatty()
-        line = (f"probe: {self.finished}/{self.cfg.n} done, {self.failed} failed, "
-                f"{self.in_flight} in flight, {time.monotonic() - self._t0:.1f} s")
-        try:
-            if tty:
-                sys.stderr.write("\r\x1b[K" + line + ("\n" if final else ""))
-            else:
-                sys.stderr.write(line + "\n")
-            sys.stderr.flush()
-        except (OSError, ValueError):
-            pass
+        print_progress(f"probe: {self.finished}/{self.total} done, {self.failed} failed, "
+                       f"{self.in_flight} in flight, {time.monotonic() - self._t0:.1f} s", final)
 
-    # -- the trace ---------------------------------------------------------------------------
+    # -- the trace (tracetool.serving.probe_trace) ------------------------------------------------
     def _open_trace(self, model: str) -> None:
-        if self.cfg.out is None:
-            return
-        from tracetool.recorder import Recorder
-
-        c = self.cfg
-        meta = {
-            "producer": {"name": "tracetool probe"},
-            "clocks": {"client": "unix epoch nanoseconds of the probing host, advanced monotonically",
-                       "server": "estimated: the client clock; server spans are the server's reported "
-                                 "durations placed by the symmetric-delay assumption"},
-            "probe": {"url": self.base, "model": model, "endpoint": "chat" if self.chat else "completions",
-                      "n": c.n, "concurrency": c.concurrency, "rate": c.rate, "max_tokens": c.max_tokens,
-                      "prompt_tokens": None if c.prompt_file else c.prompt_tokens,
-                      "prompt_file": str(c.prompt_file) if c.prompt_file else None, "seed": c.seed,
-                      "traceparent": "trace-id = request id"},  # what merge joins a server's own ids on
-        }
-        self.recorder = Recorder(c.out, meta=meta, flush_interval_s=0.5).start()
-        self.recorder.writer.sink("requests")  # declared: every request gets a row
-        if self.setup_connect is not None:  # an RTT sample of no request (request_id "")
-            self.recorder.guard(self.recorder.add_span, "client.connect", *self.setup_connect, request_id="",
-                                clock="client", where="probe trace")
+        if self.cfg.out is not None:
+            self.recorder = ProbeTraces(self.cfg.out, probe_meta(self, model), self.setup_connect)
 
     def _start_scraper(self) -> None:
         """With --metrics-url: scrape the engine's metrics into the trace until it closes; the first
@@ -458,57 +572,22 @@ class Prober:
             return
         from collectors.prometheus import attach_scraper, metrics_url
 
-        self.scraper = attach_scraper(self.recorder, metrics_url(self.cfg.metrics_url, self.base), clock="client",
+        self.scraper = attach_scraper(self.recorder.main, metrics_url(self.cfg.metrics_url, self.base), clock="client",
                                       interval_s=self.cfg.metrics_interval_s, now=client_now)
 
     def _record(self, r: RequestResult) -> None:
         if self.recorder is not None:
-            self.recorder.guard(write_request, self.recorder, r, where="probe trace")
+            self.recorder.record(r)
 
     def _close_trace(self) -> None:
         if self.recorder is not None:
-            self.recorder.close()
-
-
-async def _read_capped(resp: Any, limit: int) -> bytes:
-    """At most ``limit`` bytes of a response body (an error page or model list, never endless)."""
-    parts: list[bytes] = []
-    n = 0
-    async for part in resp.aiter_bytes():
-        parts.append(part)
-        n += len(part)
-        if n >= limit:
-            break
-    return b"".join(parts)[:limit]
-
-
-def _rejected_field(r: RequestResult, optional: dict[str, Any]) -> str | None:
-    """The optional field a server's HTTP 400/422 names, when the request got nothing else."""
-    if r.http_status not in (400, 422) or not r.error or r.token_ns:
-        return None
-    return next((k for k in optional if k in r.error), None)
-
-
-def _error_message(raw: bytes) -> str:
-    try:
-        obj = json.loads(raw)
-        err = obj.get("error", obj) if isinstance(obj, dict) else obj
-        msg = err.get("message") if isinstance(err, dict) else err
-        return str(msg)[:200] if msg else raw[:200].decode("utf-8", "replace")
-    except (ValueError, RecursionError):
-        return " ".join(raw[:200].decode("utf-8", "replace").split()) or "(empty body)"
-
-
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split()) or type(e).__name__
+            # the probe's own stalls, evidence for client-bound where a schedule could fall behind
+            self.recorder.close(self.monitor.stats.stalls if self.scheduled else [])
 
 
 def run_probe(cfg: ProbeConfig) -> ProbeResult:
     """Run a probe to completion (blocking). Raises BadInput when the server cannot be reached."""
-    if cfg.n < 1 or cfg.concurrency < 1 or cfg.max_tokens < 1 or cfg.prompt_tokens < 1:
-        raise UsageError("-n, --concurrency, --max-tokens and --prompt-tokens must be >= 1")
-    if cfg.rate is not None and cfg.rate <= 0:
-        raise UsageError("--rate must be > 0 requests/s")
+    check_config(cfg)  # a usage error before anything is sent
     if cfg.metrics_url is not None:
         from collectors.prometheus import metrics_url
 

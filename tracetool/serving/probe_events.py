@@ -4,8 +4,12 @@ Split from :mod:`tracetool.serving.probe` (which schedules and sends) so the
 rules that decide "ok" are in one place:
 
 * an event carrying ``error`` fails the request with the server's message;
-* a content chunk (``delta.content``, ``delta.reasoning_content``, a tool call's
-  arguments, or ``text``) is a token receipt;
+* a content chunk (``delta.content``, a tool call's arguments, or ``text``) is a
+  token receipt, and so is a reasoning chunk (``delta.reasoning_content`` or
+  ``delta.reasoning``), counted apart; a chunk with empty or no content (the
+  role chunk, the finish chunk, usage) is not a token;
+* usage's ``prompt_tokens_details.cached_tokens`` (prefix-cache hits) and
+  ``completion_tokens_details.reasoning_tokens`` are kept;
 * usage and server timings (:mod:`tracetool.serving.server_timings`) are kept;
 * at the end, a stream is **broken** — the request fails with a one-line reason —
   when it was cut before ``[DONE]`` and before a ``finish_reason``, when it
@@ -57,8 +61,14 @@ def on_event(r: RequestResult, data: str, t: int) -> None:
             c0 = choices[0]
             if not isinstance(c0, dict):
                 raise MalformedStream(f"choice is not an object: {data[:80]!r}")
-            if _has_content(c0):
+            kind = _content_kind(c0)
+            if kind is not None:
                 r.token_ns.append(t)
+                if r.keep_text and kind == "content":
+                    delta = c0.get("delta")
+                    r.text.append(str((delta.get("content") if isinstance(delta, dict) else c0.get("text")) or ""))
+                if kind == "reasoning":
+                    r.reasoning_chunks += 1
             if c0.get("finish_reason"):
                 r.finish_reason = str(c0["finish_reason"])[:40]
     usage = obj.get("usage")
@@ -67,6 +77,12 @@ def on_event(r: RequestResult, data: str, t: int) -> None:
             r.output_tokens = n
         if (n := server_timings.count(usage.get("prompt_tokens"))) is not None:
             r.prompt_tokens = n
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and (n := server_timings.count(details.get("cached_tokens"))) is not None:
+            r.cached_prompt_tokens = n
+        details = usage.get("completion_tokens_details")
+        if isinstance(details, dict) and (n := server_timings.count(details.get("reasoning_tokens"))) is not None:
+            r.reasoning_tokens = n
     rep = server_timings.from_event(obj)
     if rep is not None:
         # cumulative forms (llama.cpp's timings_per_token) send the running totals: the last wins
@@ -79,16 +95,25 @@ def on_event(r: RequestResult, data: str, t: int) -> None:
             r.reported_output_tokens = rep.output_tokens
 
 
-def _has_content(c0: dict[str, Any]) -> bool:
+def _content_kind(c0: dict[str, Any]) -> str | None:
+    """``content`` or ``reasoning`` for a chunk that carries a token, None for one that does not
+    (a role-only chunk, empty content, a finish or usage chunk: not tokens)."""
     delta = c0.get("delta")
     if isinstance(delta, dict):
-        if delta.get("content") or delta.get("reasoning_content"):
-            return True
+        if _text(delta.get("content")):
+            return "content"
+        # vLLM and SGLang mark reasoning as reasoning_content; newer vLLM and others as reasoning
+        if _text(delta.get("reasoning_content")) or _text(delta.get("reasoning")):
+            return "reasoning"
         calls = delta.get("tool_calls")
         if isinstance(calls, list) and any(isinstance(c, dict) and isinstance(c.get("function"), dict)
                                            and c["function"].get("arguments") for c in calls):
-            return True
-    return bool(c0.get("text"))
+            return "content"
+    return "content" if _text(c0.get("text")) else None
+
+
+def _text(v: Any) -> bool:
+    return isinstance(v, str) and v != ""
 
 
 def end_of_stream(r: RequestResult, junk: str | None) -> None:

@@ -59,8 +59,20 @@ class Sink:
 
     # -- producer side --------------------------------------------------------------------
     def append(self, values: Sequence[Any]) -> None:
-        """Append one row given as plain values in the table's column order (None = null)."""
+        """Append one row given as plain values in the table's column order (None = null).
+
+        Trailing optional columns may be left out (they are null): a v1 table that gains an
+        optional column keeps taking the rows its writers appended before."""
         raise NotImplementedError
+
+    def _complete(self, values: Sequence[Any]) -> Sequence[Any]:
+        """``values`` padded with nulls for the trailing optional columns it leaves out; too many
+        values, or a required column left out, is a ValueError in the caller."""
+        cols = self.table.columns
+        n = len(values)
+        if n > len(cols) or any(c.required for c in cols[n:]):
+            raise ValueError(f"{self.table.name}: expected {len(cols)} values, got {n}")
+        return (*values, *([None] * (len(cols) - n)))
 
     def append_batch(self, data: Mapping[str, Any] | pa.RecordBatch | pa.Table) -> None:
         """Append many rows at once, column-wise (the cheap path for batched engines).
@@ -180,6 +192,8 @@ class PackedSink(Sink):
         if len(self.buf) >= self.max_items:
             self.dropped += 1
             return
+        if len(values) != self.ncols:
+            values = self._complete(values)
         code = self.interner.code
         ints = [
             INT_NULL if v is None else (code(str(v)) if is_str else int(v))
@@ -248,7 +262,7 @@ class RowSink(Sink):
             self.dropped += 1
             return
         if len(values) != len(self.table.columns):
-            raise ValueError(f"{self.table.name}: expected {len(self.table.columns)} values, got {len(values)}")
+            values = self._complete(values)
         self.rows.append(tuple(values))
 
     def _buffered_rows(self) -> int:

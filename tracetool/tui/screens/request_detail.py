@@ -111,6 +111,8 @@ def _summary(row: dict[str, Any]) -> Content:
     e2e = row.get("e2e_ms") or 0
     for c in COMPONENTS:
         v = row.get(f"{c}_ms")
+        if v is None and c == "client_queue":  # only a scheduled load run measures it
+            continue
         if v is None:
             parts += [(f"{c} -  ", "$text-muted")]
         else:

@@ -1,4 +1,4 @@
-"""The e2e waterfall: the nine components one under the other, each bar starting where the last ended."""
+"""The e2e waterfall: the components one under the other, each bar starting where the last ended."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 from textual.content import Content
 from textual.widget import Widget
 
+from tracetool.schema import shown_components
 from tracetool.tui import fmt
 
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
@@ -28,7 +29,7 @@ class Waterfall(Widget):
         self._e2e: dict[str, Any] = {}
 
     def show(self, doc: dict[str, Any]) -> None:
-        self._components = doc.get("components") or {}
+        self._components = shown_components(doc.get("components") or {})
         self._bottleneck = doc.get("bottleneck")
         self._e2e = doc.get("e2e_ms") or {}
         self.refresh(layout=True)

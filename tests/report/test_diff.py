@@ -1,0 +1,68 @@
+"""``tracetool diff A B`` (issue 27.5): which components moved, by how much, with the gate's intervals.
+
+A and B are the same workload (30 requests, inline traces from tests/analyzers/analyzer_scenarios.py)
+except that B waits ~190 ms longer in the server's queue: the diff must name queue as ``top``, give
+its change per request with an interval that excludes 0, and say it in the headline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.analyzers.analyzer_scenarios import Req, scenario
+from tracetool.report.diff import diff
+from tracetool.tui.diff_app import DiffApp
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    d = tmp_path_factory.mktemp("diff")
+    a = scenario(d / "a", [Req(start=i * 2000, network=1.0, queue=10.0 + i % 3, prefill=50.0, output=20)
+                           for i in range(30)])
+    b = scenario(d / "b", [Req(start=i * 2000, network=1.0, queue=200.0 + i % 3, prefill=50.0, output=20)
+                           for i in range(30)])
+    return a, b
+
+
+def test_the_component_that_moved_is_top_with_its_interval(pair: tuple[Path, Path]) -> None:
+    doc = diff(*pair)
+    assert (doc["format"], doc["version"], doc["top"]) == ("tracetool-diff", 1, "queue")
+    q = next(c for c in doc["components"] if c["component"] == "queue")
+    assert q["delta_ms"] == pytest.approx(190.0, abs=0.01)
+    assert q["significant"] and q["ci_low_ms"] <= 190.0 <= q["ci_high_ms"] and q["ci_low_ms"] > 150
+    assert q["delta_share"] > 0
+    decode = next(c for c in doc["components"] if c["component"] == "decode")
+    assert decode["delta_ms"] == pytest.approx(0.0, abs=1e-6) and not decode["significant"]
+    ttft = next(x for x in doc["latency"] if x["metric"] == "ttft" and x["stat"] == "p95")
+    assert ttft["delta_pct"] > 100 and ttft["significant"]
+    assert doc["headline"].startswith("+") and "TTFT, all in queue (+190 ms per request)" in doc["headline"]
+
+
+def test_cli_text_json_and_bad_input(pair: tuple[Path, Path], cli: Any, tmp_path: Path) -> None:
+    r = cli("diff", *pair, "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["top"] == "queue"
+    t = cli("diff", *pair)
+    assert t.code == 0 and "all in queue" in t.out and "<- top" in t.out
+    bad = cli("diff", tmp_path / "nope", pair[1])
+    assert bad.code == 3 and bad.err.count("\n") == 1 and "A: " in bad.err, bad.err
+
+
+def test_the_tui_opens_a_diff(pair: tuple[Path, Path]) -> None:
+    doc = diff(*pair)
+
+    async def go() -> tuple[str, int, int]:
+        app = DiffApp(doc)
+        async with app.run_test() as pilot:
+            await pilot.pause()
+            head = str(app.query_one("#headline").render())
+            return head, app.query_one("#latency").row_count, app.query_one("#components").row_count
+
+    head, n_lat, n_comp = asyncio.run(go())
+    assert doc["headline"] in head
+    assert n_lat == len(doc["latency"]) == 8 and n_comp == len(doc["components"])

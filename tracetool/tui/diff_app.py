@@ -1,0 +1,62 @@
+"""The diff of two traces in the terminal (``tracetool diff A B --tui``): the headline, then the latency
+figures and the components side by side, the component that moved most marked. It shows the document of
+:func:`tracetool.report.diff.diff` as it is, so the screen and ``--json`` never disagree."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.widgets import DataTable, Footer, Header, Static
+
+from tracetool.report.fmt import METRIC_NAMES
+
+
+class DiffApp(App[int]):
+    """One screen: headline, latency table, component table. ``q`` quits."""
+
+    TITLE = "tracetool diff"
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("q", "quit", "Quit")]
+    DEFAULT_CSS = """
+    #headline { padding: 1 2; text-style: bold; }
+    DataTable { height: auto; margin: 0 2 1 2; }
+    """
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        super().__init__()
+        self.doc = doc
+
+    def compose(self) -> ComposeResult:
+        d = self.doc
+        yield Header()
+        with VerticalScroll():
+            yield Static(f"A {d['a']['label']} → B {d['b']['label']}: {d['headline']}", id="headline")
+            yield DataTable(id="latency", cursor_type="row", zebra_stripes=True)
+            yield DataTable(id="components", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        lat = self.query_one("#latency", DataTable)
+        lat.add_columns("latency", "A (ms)", "B (ms)", "change", "interval")
+        for x in self.doc["latency"]:
+            ci = "–" if x["ci_low_pct"] is None else f"{x['ci_low_pct']:+.1f} … {x['ci_high_pct']:+.1f} %"
+            lat.add_row(f"{x['stat']} {METRIC_NAMES.get(x['metric'], x['metric'])}", _f(x["a_ms"]), _f(x["b_ms"]),
+                        "–" if x["delta_pct"] is None else f"{x['delta_pct']:+.1f} %",
+                        ci + (" *" if x["significant"] else ""))
+        comps = self.query_one("#components", DataTable)
+        comps.add_columns("component", "A ms/req", "B ms/req", "change (ms)", "interval (ms)", "share A → B")
+        for c in self.doc["components"]:
+            name = c["component"] + (" ◀ top" if c["component"] == self.doc["top"] else "")
+            comps.add_row(name, _f(c["a_ms"]), _f(c["b_ms"]), "–" if c["delta_ms"] is None else f"{c['delta_ms']:+.2f}",
+                          "–" if c["ci_low_ms"] is None else f"{c['ci_low_ms']:+.2f} … {c['ci_high_ms']:+.2f}",
+                          f"{_p(c['a_share'])} → {_p(c['b_share'])}")
+
+
+def _f(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}"
+
+
+def _p(x: float | None) -> str:
+    return "–" if x is None else f"{x * 100:.1f} %"
