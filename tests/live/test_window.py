@@ -85,6 +85,25 @@ def test_drops_are_merged_into_the_meta_and_rates_counted() -> None:
     assert w.tokens_total == 5 and w.tokens_per_s() > 0
 
 
+def test_rows_a_server_sends_outside_the_row_rules_are_dropped_and_counted() -> None:
+    """Found by the live-stream fuzz campaign: a server streaming tokens under a schema whose
+    required columns are nullable, one row with a null index, made the viewer's snapshot raise
+    (the window's trace could not take the table's schema)."""
+    w = ServerWindow("a:1")
+    _request(w, "x", 1, 2, tokens=2)
+    loose = pa.schema([f.with_nullable(True) for f in TABLES["tokens"].arrow_schema])
+    w.add("tokens", pa.RecordBatch.from_pylist([{"request_id": "x", "index": None, "emit_ns": S + 5},
+                                                {"request_id": "x", "index": 2, "emit_ns": S + 9}],
+                                               schema=loose))
+    t = w.trace()
+    assert t is not None
+    tokens = t.table("tokens")
+    assert tokens.schema == TABLES["tokens"].arrow_schema
+    assert sorted(tokens.column("index").to_pylist()) == [0, 1, 2]
+    assert t.meta["dropped_rows"] == {"tokens": 1}
+    tokens.validate(full=True)
+
+
 def test_empty_and_request_less_windows_give_nothing() -> None:
     w = ServerWindow("a:1")
     assert w.trace() is None

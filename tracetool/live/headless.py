@@ -31,9 +31,8 @@ import pyarrow.compute as pc
 from tracetool.errors import BadInput, UsageError
 from tracetool.live.client import ClientOptions, ServerConnection
 from tracetool.live.protocol import Address
+from tracetool.live.window import valid_rows
 from tracetool.meta import check_meta, read_meta, write_meta
-from tracetool.reader import broken_rows
-from tracetool.schema import TABLES
 from tracetool.writer import TraceWriter
 
 #: meta.json fields the writer of the copy owns (the server's values are not copied).
@@ -94,7 +93,7 @@ class _Recorder:
 
     def _batch(self, conn: ServerConnection, table: str, batch: pa.RecordBatch) -> None:
         sink = self.writer.sink(table)
-        keep = _valid_rows(table, batch)
+        keep = valid_rows(table, batch)
         if keep is not None:
             bad = batch.num_rows - int(pc.sum(pc.cast(keep, pa.int64())).as_py() or 0)
             if bad:  # a server that breaks the v1 row rules must not make the saved trace invalid
@@ -106,16 +105,6 @@ class _Recorder:
                 self.broken_rows += bad
                 batch = batch.filter(keep)
         sink.append_batch(batch)
-
-
-def _valid_rows(table: str, batch: pa.RecordBatch) -> pa.Array | None:
-    """A mask of the rows that keep the format's row rules (:func:`tracetool.reader.broken_rows`),
-    or None when every row does (the common case: no filter, no copy)."""
-    spec = TABLES.get(table)
-    bad: Any = None
-    for _, mask, _ in broken_rows(batch, spec) if spec is not None else ():
-        bad = mask if bad is None else pc.or_(bad, mask)
-    return None if bad is None else pc.invert(bad)
 
 
 def record_live(addresses: Sequence[Address], out: Path, duration_s: float, *,

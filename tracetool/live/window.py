@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracetool.reader import Trace
+from tracetool.reader import Trace, broken_rows
 from tracetool.schema import TABLES
 
 #: The column that dates a row of each table (None or absent: joined by request id only).
@@ -115,6 +115,7 @@ class ServerWindow:
         self.tokens_total = 0
         self.rows_total = 0
         self.dropped: dict[str, int] = {}
+        self._broken: dict[str, int] = {}  # rows that broke the row rules, dropped here
         self.notes: list[str] = []
         self._lock = threading.Lock()
         self._chunks: dict[str, deque[_Chunk]] = {name: deque() for name in TABLES}
@@ -141,6 +142,19 @@ class ServerWindow:
         """Keep a batch (a reader thread calls this); updates per-request first/last times."""
         if table not in TABLES or batch.num_rows == 0:
             return
+        # the window's trace is read as v1 (the TUI analyses it): rows a server sent that break the
+        # row rules are dropped and counted, and the rest take the table's schema (nullability too)
+        keep = valid_rows(table, batch)
+        if keep is not None:
+            bad = batch.num_rows - int(pc.sum(pc.cast(keep, pa.int64())).as_py() or 0)
+            with self._lock:
+                self._broken[table] = self._broken.get(table, 0) + bad
+            batch = batch.filter(keep)
+            if batch.num_rows == 0:
+                return
+        schema = TABLES[table].arrow_schema
+        if batch.schema != schema:
+            batch = batch.cast(schema)
         now = time.monotonic()
         col = TIME_COLUMN.get(table)
         t_max: int | None = None
@@ -226,6 +240,8 @@ class ServerWindow:
             meta = dict(self.meta)
             tables = set(self.tables)
             dropped = dict(self.dropped)
+            for k, v in self._broken.items():
+                dropped[k] = dropped.get(k, 0) + v
             notes = list(self.notes)
         if not reqs:
             return None
@@ -282,3 +298,13 @@ def _mask(table: str, t: pa.Table, ids: pa.Array, cutoff: int | None) -> pa.Chun
 
 
 __all__ = ["TIME_COLUMN", "ServerWindow", "WindowSpec"]
+
+
+def valid_rows(table: str, batch: pa.RecordBatch) -> pa.Array | None:
+    """A mask of the rows that keep the format's row rules (:func:`tracetool.reader.broken_rows`),
+    or None when every row does (the common case: no filter, no copy)."""
+    spec = TABLES.get(table)
+    bad: Any = None
+    for _, mask, _ in broken_rows(batch, spec) if spec is not None else ():
+        bad = mask if bad is None else pc.or_(bad, mask)
+    return None if bad is None else pc.invert(bad)
