@@ -52,10 +52,13 @@ def test_added_rtt_is_attributed_to_network(server: Server, tmp_path: Path) -> N
     direct = network_ms(open_trace(tmp_path / "direct"))
     slow = network_ms(open_trace(tmp_path / "slow"))
     assert len(direct) == len(slow) == 6  # every request had both spans (server timing folded in)
-    # plain loopback: network is a small share of what the client waited
+    # plain loopback: network is a small share of what the client waited, and far below the added
+    # RTT (the share's bound leaves room for a loaded two-core machine, where the probe's and the
+    # server's event loops wait for a core: 10.7 % and 11.7 % were seen under a 10 % bound)
     d = span_durations(open_trace(tmp_path / "direct"))
     share = sum(direct.values()) / sum(v["client.request"] / 1e6 for v in d.values())
-    assert share < 0.10, f"loopback network share {share:.1%}"
+    assert share < 0.25, f"loopback network share {share:.1%}"
+    assert statistics.mean(direct.values()) < 0.1 * RTT_MS, direct
     # through the proxy: the added RTT shows up as network, within 20 %
     assert abs(statistics.mean(slow.values()) - RTT_MS) <= 0.2 * RTT_MS, slow
     assert all(v >= 0.8 * RTT_MS for v in slow.values())
