@@ -171,7 +171,8 @@ class Analysis:
 def analyze(traces: TraceArg | Iterable[TraceArg], *, model: str | None = None, gpu: str | None = None,
             gpus: int | None = None, weight_dtype: str | None = None, kv_dtype: str | None = None,
             claims: Sequence[str | ClaimSpec] = (), thresholds: Thresholds | None = None,
-            per_trace: bool = True, session: Session | None = None) -> Analysis:
+            per_trace: bool = True, session: Session | None = None,
+            labels: Sequence[str] | None = None) -> Analysis:
     """Analyse one trace, several, or a directory of traces.
 
     Args:
@@ -188,6 +189,8 @@ def analyze(traces: TraceArg | Iterable[TraceArg], *, model: str | None = None, 
         session: keep the DuckDB connection between calls on successive snapshots of the same
             traces and swap only the data (:class:`analyzers.connection.Session`; a live view's
             ticks). Used when there is one analysis to run (one trace, or ``per_trace=False``).
+        labels: one label per trace (default: directory names, suffixed where they repeat); a
+            dataset labels its traces by their path under the dataset's root.
 
     Raises:
         BadInput: a trace is unreadable, has neither spans nor tokens, or has no requests.
@@ -198,7 +201,9 @@ def analyze(traces: TraceArg | Iterable[TraceArg], *, model: str | None = None, 
     th = thresholds or Thresholds()
     roof = [roofline_inputs(t.meta, model=model, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype,
                             kv_dtype=kv_dtype) for t in opened]
-    labels = labels_for(opened)
+    labels = list(labels) if labels is not None else labels_for(opened)
+    if len(labels) != len(opened) or len(set(labels)) != len(labels):
+        raise ValueError("labels: one distinct label per trace")
     for t in opened:
         _check_usable(t)
     if len(opened) == 1:

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from tracetool.cli.common import emit_json, fmt_ms, fmt_pct, json_option, warn
+from tracetool.errors import EXIT_THRESHOLD
 
 _SEVERITY_MARK = {"warning": "!", "info": "·"}
 _VERDICT_MARK = {"supported": "✓", "contributing": "~", "misdiagnosis": "✗", "unmeasured": "?"}
@@ -35,25 +36,35 @@ _VERDICT_MARK = {"supported": "✓", "contributing": "~", "misdiagnosis": "✗",
 @click.option("--threshold", "thresholds", multiple=True, metavar="NAME=VALUE",
               help="Change a verdict or finding threshold, e.g. supported_share=0.4 (names in "
                    "docs/findings.md).")
+@click.option("--group-by", "group_by", metavar="KEY,...",
+              help="Dataset keys (key=value folder names) to analyse groups by; default: the outermost key.")
+@click.option("--strict", is_flag=True,
+              help="Exit 1 when a trace of a dataset cannot be read (it is skipped either way).")
 def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], model: str | None,
             gpu: str | None, gpus: int | None, weight_dtype: str | None, kv_dtype: str | None,
-            thresholds: tuple[str, ...]) -> int:
+            thresholds: tuple[str, ...], group_by: str | None, strict: bool) -> int:
     """Attribute each request's latency and say which story about it is wrong.
 
-    TRACES are trace directories, or directories of traces (one per server);
-    several are analysed per trace and together. Components follow the
-    attribution rule of docs/trace-format.md (network, queue, tokenize,
+    TRACES are trace directories, or datasets: directory trees of traces whose
+    key=value folder names (server=a/hour=2026-12-05T10/) are grouping keys
+    (docs/fleet.md). Several traces are analysed together, per trace, and per
+    group (--group-by). A dataset's unreadable traces are skipped and named on
+    stderr (exit 1 with --strict); traces of different versions are refused.
+    Components follow the attribution rule of docs/trace-format.md (network, queue, tokenize,
     preprocess, prefill, decode, detokenize, postprocess, other); TTFT, ITL and
     TPOT follow vLLM bench serve. Decode is fitted against KV length and, when
     model and GPU are known (meta.json or --model/--gpu), compared with the
     memory-bandwidth roofline. Findings quote the measured numbers
-    (docs/findings.md). Exit 0, or 3 when a trace cannot be analysed.
+    (docs/findings.md). Exit 0; 1 with --strict when a dataset's trace was
+    skipped; 3 when nothing can be analysed.
     """
     import analyzers
+    from analyzers.fleet import analyze_dataset
 
     th = analyzers.Thresholds().with_overrides(dict(analyzers.parse_threshold(t) for t in thresholds))
-    a = analyzers.analyze(list(traces), model=model, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype,
-                          kv_dtype=kv_dtype, claims=list(claims), thresholds=th)
+    keys = None if group_by is None else [k.strip() for k in group_by.split(",") if k.strip()]
+    a = analyze_dataset(list(traces), group_by=keys, model=model, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype,
+                        kv_dtype=kv_dtype, claims=list(claims), thresholds=th)
     doc = a.to_json()
     for w in doc["warnings"]:
         warn(w)
@@ -63,7 +74,7 @@ def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], mo
         emit_json(doc)
     else:
         _report(doc)
-    return 0
+    return EXIT_THRESHOLD if strict and a.bad else 0
 
 
 def _report(doc: dict[str, Any]) -> None:
@@ -126,6 +137,16 @@ def _report(doc: dict[str, Any]) -> None:
         for t in traces:
             echo(f"  {t['trace'][:24]:<24} {t['requests']:>9,} {fmt_ms(t['e2e_ms']['p50']):>10} "
                  f"{fmt_ms(t['ttft_ms']['p50']):>10} {fmt_ms(t['itl_ms']['p50']):>10}  {t['bottleneck'] or '-'}")
+    groups = doc.get("groups") or []
+    if groups:
+        echo("")
+        by = ", ".join(doc["dataset"]["group_by"])
+        echo(f"  {'group (' + by + ')':<24} {'traces':>6} {'requests':>9} {'e2e p50':>10} {'ttft p50':>10} "
+             f"{'itl p50':>10}  bottleneck")
+        for g in groups:
+            name = ",".join("-" if v is None else str(v) for v in g["group"].values())
+            echo(f"  {name[:24]:<24} {len(g['traces']):>6} {g['requests']:>9,} {fmt_ms(g['e2e_ms']['p50']):>10} "
+                 f"{fmt_ms(g['ttft_ms']['p50']):>10} {fmt_ms(g['itl_ms']['p50']):>10}  {g['bottleneck'] or '-'}")
 
 
 @click.command()
