@@ -23,7 +23,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from tracetool.errors import BadInput, TracetoolError, UsageError
-from tracetool.reader import Trace, open_trace
+from tracetool.reader import Trace, open_trace, walk_traces
 from tracetool.schema import META_FILE
 
 
@@ -93,7 +93,7 @@ def discover(paths: Sequence[str | os.PathLike[str]]) -> Dataset:
         if not p.is_dir() or (p / META_FILE).exists():
             members.append(Member(p, p.name or str(p), hive_keys([p.name])))
             continue
-        found = _walk(p)
+        found = walk_traces(p)
         if not found:
             raise BadInput(f"{p}: neither a trace nor a directory of traces (no {META_FILE} found at any depth)")
         is_tree = True
@@ -106,18 +106,6 @@ def discover(paths: Sequence[str | os.PathLike[str]]) -> Dataset:
             if k not in keys:
                 keys.append(k)
     return Dataset(members, keys, is_tree)
-
-
-def _walk(root: Path) -> list[Path]:
-    """Trace directories under ``root`` (a trace's own subfolders are not searched), sorted."""
-    out: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        if META_FILE in filenames and Path(dirpath) != root:
-            out.append(Path(dirpath))
-            dirnames[:] = []
-            continue
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_")))
-    return sorted(out)
 
 
 def check_versions(members: Sequence[Member]) -> None:

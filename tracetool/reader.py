@@ -117,18 +117,32 @@ def open_trace(path: str | os.PathLike[str], *, strict: bool = False,
 
 
 def find_traces(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """Expand arguments into trace directories: a trace, or a directory of traces."""
+    """Expand arguments into trace directories: a trace, or a directory tree of traces (a dataset,
+    :mod:`tracetool.dataset`)."""
     out: list[Path] = []
     for raw in paths:
         p = Path(raw)
         if p.is_dir() and not (p / META_FILE).exists():
-            subs = sorted(d for d in p.iterdir() if d.is_dir() and (d / META_FILE).is_file())
+            subs = walk_traces(p)
             if not subs:
-                raise BadInput(f"{p}: neither a trace nor a directory of traces (no {META_FILE} found)")
+                raise BadInput(f"{p}: neither a trace nor a directory of traces (no {META_FILE} found at any depth)")
             out.extend(subs)
         else:
             out.append(p)
     return out
+
+
+def walk_traces(root: Path) -> list[Path]:
+    """Trace directories at any depth under ``root``, sorted; a trace's own subfolders, and folders
+    starting with ``.`` or ``_`` (Spark's and Hive's bookkeeping), are not searched."""
+    out: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        if META_FILE in filenames and Path(dirpath) != root:
+            out.append(Path(dirpath))
+            dirnames[:] = []
+            continue
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_")))
+    return sorted(out)
 
 
 def table_files(directory: Path) -> dict[str, list[Path]]:
