@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from analyzers.analysis import MAX_PARALLEL, Analysis, analyze
+from analyzers.analysis import MAX_PARALLEL, Analysis, analyze, parallel_within
 from analyzers.params import ClaimSpec, Thresholds
 from tracetool.dataset import Dataset, Member, discover, group_keys, groups, open_members
 from tracetool.errors import UsageError
@@ -74,13 +74,17 @@ class DatasetAnalysis:
 def analyze_dataset(paths: Sequence[str | os.PathLike[str]], *, group_by: Sequence[str] | None = None,
                     model: str | None = None, gpu: str | None = None, gpus: int | None = None,
                     weight_dtype: str | None = None, kv_dtype: str | None = None,
-                    claims: Sequence[str | ClaimSpec] = (), thresholds: Thresholds | None = None) -> DatasetAnalysis:
+                    claims: Sequence[str | ClaimSpec] = (), thresholds: Thresholds | None = None,
+                    memory_limit: int | None = None) -> DatasetAnalysis:
     """Analyse the traces under ``paths`` overall, each alone, and per group.
 
     Args:
         paths: traces, or directory trees of traces (a dataset).
         group_by: key names to group by (default: the outermost key, if the folders give any).
         model, gpu, gpus, weight_dtype, kv_dtype, claims, thresholds: as :func:`analyzers.analyze`.
+        memory_limit: bytes DuckDB may hold in all before spilling to disk (None: DuckDB's
+            default). Parquet tables are read lazily (:mod:`tracetool.lazy`), so with a limit
+            the analysis runs in bounded memory whatever the dataset's size.
 
     Raises:
         BadInput: no readable trace; mixed trace versions; an explicitly named trace unreadable.
@@ -91,14 +95,14 @@ def analyze_dataset(paths: Sequence[str | os.PathLike[str]], *, group_by: Sequen
     for k in keys:
         if k in _GROUP_FIELDS:
             raise UsageError(f"--group-by {k}: the name of a field of every group entry; rename the folders")
-    opened = open_members(ds)
+    opened = open_members(ds, lazy=True)
     members = [m for m, _ in opened.traces]
     traces = opened.trace_list()
     labels = _labels(members)
     members = [Member(m.path, lab, m.keys) for m, lab in zip(members, labels, strict=True)]
     common: dict[str, Any] = {"model": model, "gpu": gpu, "gpus": gpus, "weight_dtype": weight_dtype,
                               "kv_dtype": kv_dtype, "claims": claims, "thresholds": thresholds}
-    overall = analyze(traces, labels=labels, **common)
+    overall = analyze(traces, labels=labels, memory_limit=memory_limit, **common)
     by_label = {t.label: t for t in overall.traces}
     index = {m.label: i for i, m in enumerate(members)}
     out = DatasetAnalysis(ds, overall, keys, members=members, bad=opened.bad)
@@ -115,9 +119,11 @@ def analyze_dataset(paths: Sequence[str | os.PathLike[str]], *, group_by: Sequen
         def run(job: tuple[dict[str, str | None], list[Member]]) -> Analysis:
             ms = job[1]
             return analyze([traces[index[m.label]] for m in ms], labels=[m.label for m in ms],
-                           per_trace=False, **common)
+                           per_trace=False, memory_limit=share, **common)
 
-        with ThreadPoolExecutor(max_workers=min(len(todo), MAX_PARALLEL),
+        workers = min(len(todo), MAX_PARALLEL, parallel_within(memory_limit))
+        share = None if memory_limit is None else memory_limit // workers
+        with ThreadPoolExecutor(max_workers=workers,
                                 thread_name_prefix="tracetool-groups") as ex:
             done = dict(zip((id(j[1]) for j in todo), ex.map(run, todo), strict=True))
         for g in out.groups:

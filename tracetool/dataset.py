@@ -126,8 +126,10 @@ def check_versions(members: Sequence[Member]) -> None:
         raise BadInput(f"the dataset mixes trace versions: {which}; convert them to one version first")
 
 
-def open_members(ds: Dataset, *, forgiving: bool | None = None) -> Opened:
+def open_members(ds: Dataset, *, forgiving: bool | None = None, lazy: bool = False) -> Opened:
     """Read every member; in a tree (or when ``forgiving``), set unreadable ones aside.
+
+    ``lazy`` leaves canonical Parquet tables on disk (:func:`tracetool.reader.open_trace`).
 
     Raises:
         BadInput: mixed versions; or, outside the forgiving mode, the first unreadable trace;
@@ -139,7 +141,7 @@ def open_members(ds: Dataset, *, forgiving: bool | None = None) -> Opened:
     bad: list[tuple[Member, str]] = []
     for m in ds.members:
         try:
-            good.append((m, open_trace(m.path)))
+            good.append((m, open_trace(m.path, lazy=lazy)))
         except TracetoolError as e:
             if not forgive:
                 raise
@@ -147,6 +149,43 @@ def open_members(ds: Dataset, *, forgiving: bool | None = None) -> Opened:
     if not good:
         raise BadInput(bad[0][1] if len(bad) == 1 else f"no readable trace among {len(bad)}: {bad[0][1]}")
     return Opened(good, bad)
+
+
+def parse_memory(text: str) -> int:
+    """``4GB``, ``512MiB``, ``1.5G``, ``30%`` (of physical memory) -> bytes.
+
+    Raises:
+        UsageError: anything else, or less than 64 MiB.
+    """
+    t = text.strip().upper().replace(" ", "")
+    units = {"": 1, "B": 1, "K": 10**3, "KB": 10**3, "KIB": 2**10, "M": 10**6, "MB": 10**6, "MIB": 2**20,
+             "G": 10**9, "GB": 10**9, "GIB": 2**30, "T": 10**12, "TB": 10**12, "TIB": 2**40}
+    try:
+        if t.endswith("%"):
+            n = int(float(t[:-1]) / 100 * physical_memory())
+        else:
+            i = len(t) - len(t.lstrip("0123456789."))
+            num, unit = t[:i], t[i:]
+            if not num or unit not in units:
+                raise ValueError(text)
+            n = int(float(num) * units[unit])
+    except ValueError:
+        raise UsageError(f"--memory-limit {text}: not a size (say 4GB, 512MiB or 50%)") from None
+    if n < 64 * 2**20:
+        raise UsageError(f"--memory-limit {text}: below 64 MiB, too little to analyse in")
+    return n
+
+
+#: ``--memory-limit``'s default: this share of physical memory.
+DEFAULT_MEMORY_FRACTION = 0.5
+
+
+def physical_memory() -> int:
+    """Bytes of physical memory (4 GiB where the system does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 4 * 2**30
 
 
 def group_keys(ds: Dataset, group_by: Sequence[str] | None) -> list[str]:
@@ -172,5 +211,17 @@ def groups(members: Sequence[Member], keys: Sequence[str]) -> list[tuple[dict[st
     return [(dict(zip(keys, vals, strict=True)), ms) for vals, ms in out.items()]
 
 
-__all__ = ["Dataset", "Member", "Opened", "check_versions", "discover", "group_keys", "groups", "hive_keys",
-           "open_members"]
+__all__ = [
+    "DEFAULT_MEMORY_FRACTION",
+    "Dataset",
+    "Member",
+    "Opened",
+    "check_versions",
+    "discover",
+    "group_keys",
+    "groups",
+    "hive_keys",
+    "open_members",
+    "parse_memory",
+    "physical_memory",
+]

@@ -40,9 +40,12 @@ _VERDICT_MARK = {"supported": "✓", "contributing": "~", "misdiagnosis": "✗",
               help="Dataset keys (key=value folder names) to analyse groups by; default: the outermost key.")
 @click.option("--strict", is_flag=True,
               help="Exit 1 when a trace of a dataset cannot be read (it is skipped either way).")
+@click.option("--memory-limit", "memory_limit", metavar="SIZE",
+              help="Memory the analysis may hold before spilling to disk: 4GB, 512MiB or 30% "
+                   "(default: half of physical memory). Parquet traces are read lazily.")
 def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], model: str | None,
             gpu: str | None, gpus: int | None, weight_dtype: str | None, kv_dtype: str | None,
-            thresholds: tuple[str, ...], group_by: str | None, strict: bool) -> int:
+            thresholds: tuple[str, ...], group_by: str | None, strict: bool, memory_limit: str | None) -> int:
     """Attribute each request's latency and say which story about it is wrong.
 
     TRACES are trace directories, or datasets: directory trees of traces whose
@@ -60,11 +63,14 @@ def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], mo
     """
     import analyzers
     from analyzers.fleet import analyze_dataset
+    from tracetool.dataset import DEFAULT_MEMORY_FRACTION, parse_memory, physical_memory
 
     th = analyzers.Thresholds().with_overrides(dict(analyzers.parse_threshold(t) for t in thresholds))
     keys = None if group_by is None else [k.strip() for k in group_by.split(",") if k.strip()]
+    limit = (parse_memory(memory_limit) if memory_limit is not None
+             else int(physical_memory() * DEFAULT_MEMORY_FRACTION))
     a = analyze_dataset(list(traces), group_by=keys, model=model, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype,
-                        kv_dtype=kv_dtype, claims=list(claims), thresholds=th)
+                        kv_dtype=kv_dtype, claims=list(claims), thresholds=th, memory_limit=limit)
     doc = a.to_json()
     for w in doc["warnings"]:
         warn(w)

@@ -67,7 +67,6 @@ def analyse(path: str | os.PathLike[str], *, role: str = "trace", model: str | N
         UsageError: an unknown preset or claim.
     """
     import analyzers  # DuckDB is loaded only when a report is built
-
     from tracetool.dataset import discover, open_members
 
     prefix = "baseline: " if role == "baseline" else ""
