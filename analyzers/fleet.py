@@ -47,6 +47,7 @@ class DatasetAnalysis:
     groups: list[Group] = field(default_factory=list)
     members: list[Member] = field(default_factory=list)
     bad: list[tuple[Member, str]] = field(default_factory=list)
+    engine: str = "duckdb"
 
     @property
     def warnings(self) -> list[str]:
@@ -55,6 +56,9 @@ class DatasetAnalysis:
 
     def to_json(self) -> dict[str, Any]:
         doc = self.analysis.to_json()
+        doc["engine"] = self.engine
+        if self.engine == "spark":  # Spark analyses the whole and the groups, not each trace alone
+            doc["traces"] = [{"trace": m.label, "path": str(m.path)} for m in self.members]
         keyed = {m.label: dict(m.keys) for m in self.members}
         for t in doc["traces"]:
             t["keys"] = keyed.get(t["trace"], {})
@@ -75,7 +79,8 @@ def analyze_dataset(paths: Sequence[str | os.PathLike[str]], *, group_by: Sequen
                     model: str | None = None, gpu: str | None = None, gpus: int | None = None,
                     weight_dtype: str | None = None, kv_dtype: str | None = None,
                     claims: Sequence[str | ClaimSpec] = (), thresholds: Thresholds | None = None,
-                    memory_limit: int | None = None) -> DatasetAnalysis:
+                    memory_limit: int | None = None, engine: str = "duckdb",
+                    spark_master: str | None = None) -> DatasetAnalysis:
     """Analyse the traces under ``paths`` overall, each alone, and per group.
 
     Args:
@@ -85,6 +90,10 @@ def analyze_dataset(paths: Sequence[str | os.PathLike[str]], *, group_by: Sequen
         memory_limit: bytes DuckDB may hold in all before spilling to disk (None: DuckDB's
             default). Parquet tables are read lazily (:mod:`tracetool.lazy`), so with a limit
             the analysis runs in bounded memory whatever the dataset's size.
+        engine: ``duckdb``, or ``spark`` (:mod:`analyzers.spark_engine`: the overall analysis and
+            each group's run on Spark SQL; ``traces`` then lists the traces without analysing
+            each alone).
+        spark_master: the Spark master URL (default ``local[*]``).
 
     Raises:
         BadInput: no readable trace; mixed trace versions; an explicitly named trace unreadable.
@@ -102,6 +111,10 @@ def analyze_dataset(paths: Sequence[str | os.PathLike[str]], *, group_by: Sequen
     members = [Member(m.path, lab, m.keys) for m, lab in zip(members, labels, strict=True)]
     common: dict[str, Any] = {"model": model, "gpu": gpu, "gpus": gpus, "weight_dtype": weight_dtype,
                               "kv_dtype": kv_dtype, "claims": claims, "thresholds": thresholds}
+    if engine == "spark":
+        return _on_spark(ds, keys, members, opened.bad, traces, labels, spark_master, common)
+    if engine != "duckdb":
+        raise UsageError(f"--engine {engine}: unknown (duckdb or spark)")
     overall = analyze(traces, labels=labels, memory_limit=memory_limit, **common)
     by_label = {t.label: t for t in overall.traces}
     index = {m.label: i for i, m in enumerate(members)}
@@ -129,6 +142,30 @@ def analyze_dataset(paths: Sequence[str | os.PathLike[str]], *, group_by: Sequen
         for g in out.groups:
             if id(g.members) in done:
                 g.analysis = done[id(g.members)]
+    return out
+
+
+def _on_spark(ds: Dataset, keys: list[str], members: list[Member], bad: list[tuple[Member, str]],
+              traces: list[Any], labels: list[str], master: str | None, common: dict[str, Any]) -> DatasetAnalysis:
+    from analyzers import spark_engine
+    from analyzers.params import parse_claim, roofline_inputs
+
+    spark = spark_engine.session(master)
+    specs = [c if isinstance(c, ClaimSpec) else parse_claim(c) for c in common["claims"]]
+    th = common["thresholds"] or Thresholds()
+    roof = [roofline_inputs(t.meta, model=common["model"], gpu=common["gpu"], gpus=common["gpus"],
+                            weight_dtype=common["weight_dtype"], kv_dtype=common["kv_dtype"]) for t in traces]
+    index = {m.label: i for i, m in enumerate(members)}
+
+    def run(ms: list[Member], label: str) -> Analysis:
+        idx = [index[m.label] for m in ms]
+        return spark_engine.run(spark, [traces[i] for i in idx], [labels[i] for i in idx], [roof[i] for i in idx],
+                                th, specs, label)
+
+    overall = run(members, labels[0] if len(members) == 1 else "all")
+    out = DatasetAnalysis(ds, overall, keys, members=members, bad=bad, engine="spark")
+    for vals, ms in (groups(members, keys) if keys else []):
+        out.groups.append(Group(vals, ms, overall if len(ms) == len(members) else run(ms, "group")))
     return out
 
 

@@ -43,9 +43,14 @@ _VERDICT_MARK = {"supported": "✓", "contributing": "~", "misdiagnosis": "✗",
 @click.option("--memory-limit", "memory_limit", metavar="SIZE",
               help="Memory the analysis may hold before spilling to disk: 4GB, 512MiB or 30% "
                    "(default: half of physical memory). Parquet traces are read lazily.")
+@click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True,
+              help="Run the analyzer modules on DuckDB, or on Apache Spark SQL (the spark extra and Java 17; "
+                   "docs/fleet.md).")
+@click.option("--spark-master", metavar="URL", help="Spark master URL for --engine spark (default local[*]).")
 def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], model: str | None,
             gpu: str | None, gpus: int | None, weight_dtype: str | None, kv_dtype: str | None,
-            thresholds: tuple[str, ...], group_by: str | None, strict: bool, memory_limit: str | None) -> int:
+            thresholds: tuple[str, ...], group_by: str | None, strict: bool, memory_limit: str | None,
+            engine: str, spark_master: str | None) -> int:
     """Attribute each request's latency and say which story about it is wrong.
 
     TRACES are trace directories, or datasets: directory trees of traces whose
@@ -70,7 +75,8 @@ def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], mo
     limit = (parse_memory(memory_limit) if memory_limit is not None
              else int(physical_memory() * DEFAULT_MEMORY_FRACTION))
     a = analyze_dataset(list(traces), group_by=keys, model=model, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype,
-                        kv_dtype=kv_dtype, claims=list(claims), thresholds=th, memory_limit=limit)
+                        kv_dtype=kv_dtype, claims=list(claims), thresholds=th, memory_limit=limit,
+                        engine=engine, spark_master=spark_master)
     doc = a.to_json()
     for w in doc["warnings"]:
         warn(w)
@@ -137,7 +143,7 @@ def _report(doc: dict[str, Any]) -> None:
             echo(f"  {_VERDICT_MARK.get(c['verdict'], '-')} \"{c['claim']}\": {c['verdict']} "
                  f"({fmt_pct(c['share'])} of e2e)")
             echo(f"      {c['detail']}")
-    if len(traces) > 1:
+    if len(traces) > 1 and "requests" in traces[0]:
         echo("")
         echo(f"  {'trace':<24} {'requests':>9} {'e2e p50':>10} {'ttft p50':>10} {'itl p50':>10}  bottleneck")
         for t in traces:
