@@ -19,7 +19,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from analyzers.connection import Session, TraceArg, connect, labels_for, load_traces
+from analyzers.connection import Session, TraceArg, connect, is_small, labels_for, load_traces
 from analyzers.params import (
     COMPONENTS,
     ClaimSpec,
@@ -220,10 +220,15 @@ def analyze(traces: TraceArg | Iterable[TraceArg], *, model: str | None = None, 
     # 0.47 s in three threads on two cores)
     jobs: list[tuple[list[Trace], list[str], list[RooflineInputs], str]] = [(opened, labels, roof, "all")]
     jobs += [([t], [lab], [r], lab) for t, lab, r in zip(opened, labels, roof, strict=True)]
+    first: list[Analysis] = []
+    if memory_limit is not None and not is_small(opened):
+        # under a memory limit the analysis of everything, the largest, gets all of it, alone;
+        # the traces' own analyses then share it
+        first, jobs = [_run(opened, labels, roof, th, specs, "all", None, memory_limit)], jobs[1:]
     workers = min(len(jobs), MAX_PARALLEL, parallel_within(memory_limit))
     share = None if memory_limit is None else memory_limit // workers
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tracetool-analyze") as ex:
-        done = list(ex.map(lambda j: _run(j[0], j[1], j[2], th, specs, j[3], None, share), jobs))
+        done = first + list(ex.map(lambda j: _run(j[0], j[1], j[2], th, specs, j[3], None, share), jobs))
     combined = done[0]
     combined.traces = done[1:]
     return combined

@@ -27,7 +27,6 @@ from analyzers.analysis import TABLES, Analysis
 from analyzers.connection import _hardware_rows, _traces_rows
 from analyzers.modules import all_modules
 from analyzers.params import ClaimSpec, RooflineInputs, Thresholds
-from analyzers.spark_sql import translate_script
 from tracetool.errors import BadInput, UsageError
 from tracetool.reader import Trace
 from tracetool.schema import TABLES as TRACE_TABLES
@@ -54,8 +53,9 @@ def java_missing() -> str | None:
     """Why Spark cannot start here (no Java, no pyspark), or None."""
     try:
         import pyspark  # noqa: F401
-    except ImportError:
-        return "pyspark is not installed (pip install 'tracetool-llm[spark]')"
+        import sqlglot  # noqa: F401
+    except ImportError as e:
+        return f"{e.name} is not installed (pip install 'tracetool-llm[spark]')"
     if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
         return "Java is not installed (Spark needs Java 17 or later; set JAVA_HOME)"
     return None
@@ -131,6 +131,8 @@ def run(spark: Any, traces: Sequence[Trace], labels: Sequence[str], roof: Sequen
                 [[float(v) for v in astuple(thresholds)]])
         _params(s, "_claims", "ordinal INT, claim STRING, key STRING",
                 [[i, c.text, c.key] for i, c in enumerate(claims)])
+        from analyzers.spark_sql import translate_script
+
         for stmt in translate_script([st for m in all_modules() for st in m.statements]):
             step = stmt[:60]
             m = _CACHE_RE.match(stmt)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import sqlglot
 from sqlglot import exp
@@ -113,7 +114,7 @@ class Translator:
             out = out.replace(marker, text)
         return out
 
-    def _inline(self, tree: exp.Expression) -> exp.Expression:
+    def _inline(self, tree: Any) -> Any:  # sqlglot's node type is Expr or Expression by version
         def sub(node: exp.Expression) -> exp.Expression:
             name = _call_name(node)
             macro = self.macros.get(name or "")
@@ -134,7 +135,7 @@ class Translator:
         return tree.transform(sub)
 
 
-def _bottom_up(tree: exp.Expression, fn: Callable[[exp.Expression], exp.Expression]) -> exp.Expression:
+def _bottom_up(tree: Any, fn: Callable[[Any], Any]) -> Any:
     """Apply ``fn`` to every node, children before parents (a replaced node's arguments are
     already replaced; ``Expression.transform`` does not descend into what it returns)."""
     for node in reversed(list(tree.walk(bfs=True))):
@@ -238,15 +239,15 @@ def _replace_functions(node: exp.Expression) -> exp.Expression:
     if isinstance(node, exp.Anonymous) and name in ("favg", "fsum"):
         fn = exp.Avg if name == "favg" else exp.Sum
         return fn(this=node.expressions[0])
-    if isinstance(node, exp.Quantile) or isinstance(node, exp.PercentileCont):
+    if isinstance(node, (exp.Quantile, exp.PercentileCont)):
         args = _args(node)
         return exp.Anonymous(this="percentile", expressions=args)
-    if isinstance(node, exp.Format) or isinstance(node, exp.Anonymous) and name == "format":
+    if isinstance(node, exp.Format) or (isinstance(node, exp.Anonymous) and name == "format"):
         fmt, *rest = list(node.expressions) if isinstance(node, exp.Anonymous) else [node.this, *node.expressions]
         if isinstance(fmt, exp.Literal) and fmt.this == "{:,.0f}" and len(rest) == 1:
             return exp.Anonymous(this="format_number", expressions=[rest[0], exp.Literal.number(0)])
         raise ValueError(f"format({fmt.sql()}): no Spark replacement")
-    if name == "printf" or isinstance(node, exp.Anonymous) and name == "format_string":
+    if name == "printf" or (isinstance(node, exp.Anonymous) and name == "format_string"):
         args = list(node.expressions) if isinstance(node, exp.Anonymous) else _args(node)
         values = args[1:]
         if values:

@@ -17,7 +17,7 @@ from analyzer_scenarios import H100_META, LLAMA_8B_META, Req, scenario
 #: Fields of a group entry that are not the analysis' own.
 _GROUP_ONLY = {"group", "traces", "paths", "server", "hour"}
 #: Fields that name traces or paths, which differ between a dataset and a run over a sub-tree.
-_NAMING = {"traces", "warnings", "dataset", "groups", "format", "version"}
+_NAMING = {"traces", "warnings", "dataset", "groups", "format", "version", "engine"}
 
 
 def _step(kv: int) -> float:
