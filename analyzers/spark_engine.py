@@ -62,7 +62,8 @@ def java_missing() -> str | None:
 
 
 def session(master: str | None = None) -> Any:
-    """A Spark session (``local[*]`` unless ``master`` names a cluster) configured for the modules.
+    """A Spark session (``local[*]`` unless ``master`` names a cluster, or the master spark-submit
+    gave when run under it) configured for the modules.
 
     Raises:
         UsageError: pyspark or Java is missing.
@@ -72,8 +73,13 @@ def session(master: str | None = None) -> Any:
         raise UsageError(f"--engine spark: {why}")
     from pyspark.sql import SparkSession
 
-    b = SparkSession.builder.appName("tracetool analyze").master(master or "local[*]")
-    for k, v in {**SESSION_CONF, **(LOCAL_CONF if not master or master.startswith("local") else {})}.items():
+    b = SparkSession.builder.appName("tracetool analyze")
+    # under spark-submit the master (and the cluster's settings) come from spark-submit
+    submitted = master is None and "PYSPARK_GATEWAY_PORT" in os.environ
+    if not submitted:
+        b = b.master(master or "local[*]")
+    local = not submitted and (not master or master.startswith("local"))
+    for k, v in {**SESSION_CONF, **(LOCAL_CONF if local else {})}.items():
         b = b.config(k, v)
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
