@@ -177,3 +177,19 @@ def test_report_accepts_a_dataset(cli: Any, tmp_path: Path, fmt: str) -> None:
         assert doc["bottleneck"] == json.loads(cli("analyze", "--json", ds).out)["bottleneck"]
     else:
         assert "12" in r.out
+
+
+def test_every_reader_of_a_directory_of_traces_takes_a_tree(tmp_path: Path) -> None:
+    """The TUI's file source and the Python API expand a dataset at any depth, bookkeeping folders skipped."""
+    import analyzers
+    from tracetool.reader import find_traces
+    from tracetool.source import DirectorySource
+
+    ds = fleet(tmp_path / "fleet")
+    (ds / "_spark_metadata" / "x").mkdir(parents=True)
+    (ds / "_spark_metadata" / "x" / "meta.json").write_text("{}")
+    found = find_traces([ds])
+    assert [p.relative_to(ds).as_posix() for p in found] == ["server=a/hour=10", "server=a/hour=11",
+                                                           "server=b/hour=10", "server=c/hour=10"]
+    assert len(DirectorySource([ds]).open()) == 4
+    assert analyzers.analyze(ds).to_json()["requests"] == 12
