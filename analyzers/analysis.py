@@ -19,7 +19,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from analyzers.connection import Session, TraceArg, connect, labels_for, load_traces
+from analyzers.connection import Session, TraceArg, connect, is_small, labels_for, load_traces
 from analyzers.engine import engine_json, fill_components
 from analyzers.params import (
     ClaimSpec,
@@ -193,7 +193,8 @@ class Analysis:
 def analyze(traces: TraceArg | Iterable[TraceArg], *, model: str | None = None, gpu: str | None = None,
             gpus: int | None = None, weight_dtype: str | None = None, kv_dtype: str | None = None,
             claims: Sequence[str | ClaimSpec] = (), thresholds: Thresholds | None = None,
-            per_trace: bool = True, session: Session | None = None) -> Analysis:
+            per_trace: bool = True, session: Session | None = None,
+            labels: Sequence[str] | None = None, memory_limit: int | None = None) -> Analysis:
     """Analyse one trace, several, or a directory of traces.
 
     Args:
@@ -210,6 +211,11 @@ def analyze(traces: TraceArg | Iterable[TraceArg], *, model: str | None = None, 
         session: keep the DuckDB connection between calls on successive snapshots of the same
             traces and swap only the data (:class:`analyzers.connection.Session`; a live view's
             ticks). Used when there is one analysis to run (one trace, or ``per_trace=False``).
+        labels: one label per trace (default: directory names, suffixed where they repeat); a
+            dataset labels its traces by their path under the dataset's root.
+        memory_limit: bytes DuckDB may hold before it spills to disk
+            (:func:`analyzers.connection.connect`); analyses that run side by side share it, and
+            run one after the other when a share would be under :data:`MIN_ANALYSIS_MEMORY`.
 
     Raises:
         BadInput: a trace is unreadable, has neither spans nor tokens, or has no requests.
@@ -220,40 +226,62 @@ def analyze(traces: TraceArg | Iterable[TraceArg], *, model: str | None = None, 
     th = thresholds or Thresholds()
     roof = [roofline_inputs(t.meta, model=model, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype,
                             kv_dtype=kv_dtype) for t in opened]
-    labels = labels_for(opened)
+    labels = list(labels) if labels is not None else labels_for(opened)
+    if len(labels) != len(opened) or len(set(labels)) != len(labels):
+        raise ValueError("labels: one distinct label per trace")
     for t in opened:
         _check_usable(t)
     if len(opened) == 1:
-        combined = _run(opened, labels, roof, th, specs, labels[0], session)
+        combined = _run(opened, labels, roof, th, specs, labels[0], session, memory_limit)
         combined.traces = [combined]
         return combined
     if not per_trace:
-        return _run(opened, labels, roof, th, specs, "all", session)
+        return _run(opened, labels, roof, th, specs, "all", session, memory_limit)
     # all together and each alone: separate DuckDB connections, which release the GIL while they
     # plan and run, so they go side by side (three small traces: 0.79 s one after the other,
     # 0.47 s in three threads on two cores)
     jobs: list[tuple[list[Trace], list[str], list[RooflineInputs], str]] = [(opened, labels, roof, "all")]
     jobs += [([t], [lab], [r], lab) for t, lab, r in zip(opened, labels, roof, strict=True)]
-    with ThreadPoolExecutor(max_workers=min(len(jobs), MAX_PARALLEL), thread_name_prefix="tracetool-analyze") as ex:
-        done = list(ex.map(lambda j: _run(j[0], j[1], j[2], th, specs, j[3]), jobs))
+    first: list[Analysis] = []
+    if memory_limit is not None and not is_small(opened):
+        # under a memory limit the analysis of everything, the largest, gets all of it, alone;
+        # the traces' own analyses then share it
+        first, jobs = [_run(opened, labels, roof, th, specs, "all", None, memory_limit)], jobs[1:]
+    workers = min(len(jobs), MAX_PARALLEL, parallel_within(memory_limit))
+    share = None if memory_limit is None else memory_limit // workers
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tracetool-analyze") as ex:
+        done = first + list(ex.map(lambda j: _run(j[0], j[1], j[2], th, specs, j[3], None, share), jobs))
     combined = done[0]
     combined.traces = done[1:]
     return combined
 
 
+#: Under a memory limit, analyses go side by side only while each gets at least this much.
+MIN_ANALYSIS_MEMORY = 256 * 2**20
+
+
+def parallel_within(memory_limit: int | None) -> int:
+    """How many analyses may run at once within ``memory_limit`` (at least one)."""
+    return MAX_PARALLEL if memory_limit is None else max(1, memory_limit // MIN_ANALYSIS_MEMORY)
+
+
 def _run(traces: list[Trace], labels: list[str], roof: list[RooflineInputs], th: Thresholds,
-         specs: list[ClaimSpec], label: str, session: Session | None = None) -> Analysis:
+         specs: list[ClaimSpec], label: str, session: Session | None = None,
+         memory_limit: int | None = None) -> Analysis:
     lock = session.lock if session is not None else threading.Lock()
     with lock:  # a session's connection serves one user at a time
-        return _collect(_connect(traces, labels, roof, th, specs, session), traces, roof, th, label, lock)
+        con = _connect(traces, labels, roof, th, specs, session, memory_limit)
+        return _collect(con, traces, roof, th, label, lock)
 
 
 def _connect(traces: list[Trace], labels: list[str], roof: list[RooflineInputs], th: Thresholds,
-             specs: list[ClaimSpec], session: Session | None) -> duckdb.DuckDBPyConnection:
+             specs: list[ClaimSpec], session: Session | None,
+             memory_limit: int | None = None) -> duckdb.DuckDBPyConnection:
     try:
         if session is not None:
             return session.connect(traces, roofline=roof, thresholds=th, claims=specs, labels=labels)
-        return connect(traces, roofline=roof, thresholds=th, claims=specs, labels=labels)
+        return connect(traces, roofline=roof, thresholds=th, claims=specs, labels=labels,
+                       memory_limit=memory_limit)
     except duckdb.Error as e:  # a trace whose values break an analyzer: say which, no traceback
         raise BadInput(f"{', '.join(str(t.path) for t in traces)}: cannot analyse ({_line(e)})") from e
 
@@ -279,7 +307,7 @@ def _collect(con: duckdb.DuckDBPyConnection, traces: list[Trace], roof: list[Roo
 
 def _check_usable(t: Trace) -> None:
     if not t.has("spans") and not t.has("tokens"):
-        recorded = ", ".join(sorted(t.tables)) or "none"
+        recorded = ", ".join(t.table_names()) or "none"
         raise BadInput(f"{t.path}: nothing to analyse: the trace has neither a spans nor a tokens table "
                        f"(tables: {recorded})")
     if t.rows("spans") == 0 and t.rows("tokens") == 0:

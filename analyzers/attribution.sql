@@ -195,8 +195,13 @@ CREATE OR REPLACE TEMP TABLE attribution_requests AS
 SELECT b.*, n.component AS bottleneck
 FROM _attribution_base AS b
 LEFT JOIN (
-    SELECT trace, request_id, first(ordinal ORDER BY ms DESC, ordinal) AS ordinal  -- ties: the earlier one
-    FROM _attribution_long WHERE ms IS NOT NULL GROUP BY trace, request_id
+    -- the largest measured component; ties: the earlier one (a window, not an ordered aggregate,
+    -- so that --engine spark takes it as written)
+    SELECT trace, request_id, ordinal FROM (
+        SELECT trace, request_id, ordinal,
+            row_number() OVER (PARTITION BY trace, request_id ORDER BY ms DESC, ordinal) AS rn
+        FROM _attribution_long WHERE ms IS NOT NULL)
+    WHERE rn = 1
 ) AS top USING (trace, request_id)
 LEFT JOIN _attribution_components AS n ON n.ordinal = top.ordinal;
 

@@ -76,12 +76,12 @@ SINGLE_THREAD_ROWS = 100_000
 
 def is_small(traces: Sequence[Trace]) -> bool:
     """Fewer than :data:`SINGLE_THREAD_ROWS` rows in all: one thread, fewer optimizer passes."""
-    return sum(t.rows(name) for t in traces for name in t.tables) < SINGLE_THREAD_ROWS
+    return sum(t.rows(name) for t in traces for name in t.table_names()) < SINGLE_THREAD_ROWS
 
 
 def connect(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | None = None,
             thresholds: Thresholds | None = None, claims: Sequence[ClaimSpec] = (),
-            labels: Sequence[str] | None = None) -> duckdb.DuckDBPyConnection:
+            labels: Sequence[str] | None = None, memory_limit: int | None = None) -> duckdb.DuckDBPyConnection:
     """Register ``traces`` and run every analyzer module; returns the connection.
 
     Args:
@@ -90,23 +90,47 @@ def connect(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | Non
         thresholds: finding and claim thresholds (default: :class:`Thresholds()`).
         claims: claims to give verdicts on (see :func:`analyzers.params.parse_claim`).
         labels: trace labels (default: :func:`labels_for`).
+        memory_limit: bytes DuckDB may hold (default: DuckDB's own, most of RAM); past it,
+            sorts, joins and windows spill to a temporary directory (:func:`spill_directory`).
 
     The connection has external access disabled. The trace tables are registered on
     this connection only (a ``con.cursor()`` does not see them), and a connection is
     not thread-safe: use it from one thread at a time (``Analysis.query`` holds a lock).
     """
-    return _open(traces, roofline=roofline, thresholds=thresholds, claims=claims, labels=labels)[0]
+    return _open(traces, roofline=roofline, thresholds=thresholds, claims=claims, labels=labels,
+                 memory_limit=memory_limit)[0]
+
+
+_spill_dir: str | None = None
+
+
+def spill_directory() -> str:
+    """One private temporary directory per process where DuckDB spills past its memory limit,
+    removed at exit (DuckDB deletes its files in it as it goes)."""
+    global _spill_dir
+    if _spill_dir is None:
+        import atexit
+        import shutil
+        import tempfile
+
+        _spill_dir = tempfile.mkdtemp(prefix="tracetool-spill-")
+        atexit.register(shutil.rmtree, _spill_dir, True)
+    return _spill_dir
 
 
 def _open(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | None, thresholds: Thresholds | None,
-          claims: Sequence[ClaimSpec], labels: Sequence[str] | None) -> tuple[duckdb.DuckDBPyConnection, set[str]]:
+          claims: Sequence[ClaimSpec], labels: Sequence[str] | None,
+          memory_limit: int | None = None) -> tuple[duckdb.DuckDBPyConnection, set[str]]:
     """:func:`connect`, and the names the traces' tables were registered under."""
     from analyzers.params import roofline_inputs
 
     labels = list(labels) if labels is not None else labels_for(traces)
     roof = list(roofline) if roofline is not None else [roofline_inputs(t.meta) for t in traces]
     small = is_small(traces)  # one DuckDB thread and fewer optimizer passes
-    con = duckdb.connect(":memory:", config={"threads": 1} if small else {})
+    config: dict[str, object] = {"threads": 1} if small else {}
+    if memory_limit is not None:
+        config.update(memory_limit=f"{max(memory_limit // 2**20, 16)}MiB", temp_directory=spill_directory())
+    con = duckdb.connect(":memory:", config=config)  # type: ignore[arg-type]
     registered = _register(con, traces)
     # one script, like run_all: each DuckDB call gives up the GIL and waits to take it back
     script = [
@@ -237,7 +261,7 @@ def _traces_rows(traces: Sequence[Trace], labels: Sequence[str]) -> list[list[ob
     for t, label in zip(traces, labels, strict=True):
         dropped = sum(int(v) for v in (t.meta.get("dropped_rows") or {}).values()
                       if isinstance(v, (int, float)))
-        rows.append([label, str(Path(t.path)), sorted(t.tables), dropped, t.meta.get("closed") is not False])
+        rows.append([label, str(Path(t.path)), t.table_names(), dropped, t.meta.get("closed") is not False])
     return rows
 
 

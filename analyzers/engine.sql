@@ -197,7 +197,7 @@ SELECT trace, concept, q,
     arg_min(CASE WHEN isinf(le) THEN prev_le
                  ELSE coalesce(prev_le, least(le, 0.0)) + (le - coalesce(prev_le, least(le, 0.0)))
                      * (q * total - coalesce(prev_cum, 0)) / nullif(cum - coalesce(prev_cum, 0), 0) END, le) AS value
-FROM _engine_buckets, (SELECT unnest([0.5, 0.95]) AS q)
+FROM _engine_buckets, (SELECT 0.5 AS q UNION ALL SELECT 0.95)
 WHERE total > 0 AND cum >= q * total
 GROUP BY trace, concept, q;
 

@@ -83,10 +83,11 @@ per_trace AS (
 -- The ITL basis is measured over every trace together (tokens_gap_stats is one row):
 -- with it, per-trace measured sums are apportioned by token counts.
 meas0 AS (
-    SELECT p.* REPLACE (
-            CASE WHEN b = 'batch-step' THEN coalesce(st.n, 0) ELSE p.ideal_n END AS ideal_n,
-            CASE WHEN b = 'batch-step' THEN coalesce(st.kv, 0) ELSE p.kv_tokens END AS kv_tokens,
-            CASE WHEN b = 'batch-step' THEN st.bsum / nullif(st.n, 0) ELSE p.batch_mean END AS batch_mean),
+    -- EXCLUDE and the three again, not REPLACE: --engine spark translates EXCLUDE, and Spark has no REPLACE
+    SELECT p.* EXCLUDE (ideal_n, kv_tokens, batch_mean),
+        CASE WHEN b = 'batch-step' THEN coalesce(st.n, 0) ELSE p.ideal_n END AS ideal_n,
+        CASE WHEN b = 'batch-step' THEN coalesce(st.kv, 0) ELSE p.kv_tokens END AS kv_tokens,
+        CASE WHEN b = 'batch-step' THEN st.bsum / nullif(st.n, 0) ELSE p.batch_mean END AS batch_mean,
         CASE WHEN b = 'batch-step' THEN coalesce(st.n, 0) WHEN b = 'step' THEN p.step_n ELSE p.ideal_n END AS meas_n,
         CASE WHEN b = 'batch-step' THEN st.ms WHEN b = 'step' THEN p.step_ms
              ELSE g.itl_fit_sy / nullif(g.itl_fit_n, 0) * p.ideal_n END AS meas_ms,

@@ -127,7 +127,7 @@ s AS (
         (sum(CASE WHEN prefill_tokens > 0 THEN end_ns - start_ns ELSE 0 END) OVER w)::BIGINT AS cum_prefill_ns,
         (sum(CASE WHEN prefill_tokens > 0 THEN 0 ELSE end_ns - start_ns END) OVER w)::BIGINT AS cum_other_ns,
         (sum(CASE WHEN decode_tokens > 0 THEN 1 ELSE 0 END) OVER w)::BIGINT AS cum_decode_steps,
-        start_ns - lag(end_ns) OVER w AS gap_ns
+        start_ns - lag(end_ns) OVER (PARTITION BY trace ORDER BY start_ns, step_id) AS gap_ns  -- no frame: Spark refuses one on lag
     FROM steps JOIN x USING (trace)
     WINDOW w AS (PARTITION BY trace ORDER BY start_ns, step_id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 )

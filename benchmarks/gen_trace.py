@@ -38,9 +38,12 @@ def generate(out: Path, tokens: int, slots: int = 64, seed: int = 0) -> dict[str
     mean_out = 1000
     n_req = max(1, tokens // mean_out)
     out_len = rng.integers(200, 2 * mean_out - 200 + 1, n_req)
-    out_len[-1] += tokens - int(out_len.sum())  # exact total
-    if out_len[-1] < 1:
+    # exact total: scale to it, then put the rounding remainder on the longest requests
+    out_len = np.maximum(1, np.floor(out_len * (tokens / out_len.sum()))).astype(np.int64)
+    rest = tokens - int(out_len.sum())
+    if rest < 0 or n_req > tokens:
         raise SystemExit("--tokens too small for this generator")
+    out_len[np.argsort(-out_len, kind="stable")[:rest]] += 1
     prompt = rng.integers(100, 4001, n_req)
     slot = np.arange(n_req) % slots
     gap_steps = rng.integers(1, 4, n_req)  # queue + tokenize, in steps, before the prefill step

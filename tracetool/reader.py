@@ -44,19 +44,29 @@ class Trace:
     tables: dict[str, pa.Table]
     files: dict[str, list[Path]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    #: Tables left on disk (Parquet read lazily, :mod:`tracetool.lazy`): ``pyarrow.dataset`` objects.
+    lazy: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
         return self.path.name
 
     def has(self, name: str) -> bool:
-        return name in self.tables
+        return name in self.tables or name in self.lazy
+
+    def table_names(self) -> list[str]:
+        """The recorded tables, in memory or lazy."""
+        return sorted(set(self.tables) | set(self.lazy))
 
     def table(self, name: str) -> pa.Table:
-        """The table, or an empty one in the canonical schema when it was not recorded."""
+        """The table, or an empty one in the canonical schema when it was not recorded.
+
+        A lazy table is read into memory here (each call): register the trace instead to scan it."""
         t = self.tables.get(name)
         if t is not None:
             return t
+        if name in self.lazy:
+            return self.lazy[name].to_table()
         if name in TABLES:
             # from_batches, not Schema.empty_table(): the latter imports pandas (~0.4 s) through
             # pyarrow's Python-object conversion, on every command's start-up path.
@@ -65,29 +75,36 @@ class Trace:
 
     def rows(self, name: str) -> int:
         t = self.tables.get(name)
+        if t is None and name in self.lazy:
+            from tracetool.lazy import rows
+
+            return rows(self.lazy[name])
         return 0 if t is None else t.num_rows
 
     def register(self, con: Any, prefix: str = "") -> list[str]:
         """Register every table (recorded or not, known ones always) in a DuckDB connection.
 
-        Registration scans the Arrow memory in place; nothing is copied.
+        Registration scans the Arrow memory in place; nothing is copied. A lazy table is
+        registered as its dataset: DuckDB reads the columns and row groups a query needs.
         Returns the registered names.
         """
         names = []
-        for name in sorted(set(TABLES) | set(self.tables)):
-            con.register(f"{prefix}{name}", self.table(name))
+        for name in sorted(set(TABLES) | set(self.tables) | set(self.lazy)):
+            con.register(f"{prefix}{name}", self.lazy[name] if name in self.lazy else self.table(name))
             names.append(f"{prefix}{name}")
         return names
 
 
 def open_trace(path: str | os.PathLike[str], *, strict: bool = False,
-               tables: Iterable[str] | None = None) -> Trace:
+               tables: Iterable[str] | None = None, lazy: bool = False) -> Trace:
     """Read a trace directory.
 
     Args:
         path: the trace directory (or its ``meta.json``).
         strict: treat a cut stream tail as an error instead of a warning.
         tables: read only these tables (others are listed in ``files`` but not loaded).
+        lazy: leave Parquet tables on disk where their footers show them canonical
+            (:mod:`tracetool.lazy`): analyses then scan them in bounded memory.
 
     Raises:
         BadInput: the path is not a readable trace.
@@ -110,6 +127,13 @@ def open_trace(path: str | os.PathLike[str], *, strict: bool = False,
     for name, paths in files.items():
         if wanted is not None and name not in wanted:
             continue
+        if lazy:
+            from tracetool.lazy import lazy_parquet
+
+            found = lazy_parquet(name, paths)
+            if found is not None:
+                trace.lazy[name] = found
+                continue
         trace.tables[name] = _read_table(name, paths, strict_tail, trace.warnings)
     if meta.get("closed") is False:
         trace.warnings.append(f"{p}: recording was not closed (the recorder was killed or is still running)")
@@ -117,18 +141,32 @@ def open_trace(path: str | os.PathLike[str], *, strict: bool = False,
 
 
 def find_traces(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """Expand arguments into trace directories: a trace, or a directory of traces."""
+    """Expand arguments into trace directories: a trace, or a directory tree of traces (a dataset,
+    :mod:`tracetool.dataset`)."""
     out: list[Path] = []
     for raw in paths:
         p = Path(raw)
         if p.is_dir() and not (p / META_FILE).exists():
-            subs = sorted(d for d in p.iterdir() if d.is_dir() and (d / META_FILE).is_file())
+            subs = walk_traces(p)
             if not subs:
-                raise BadInput(f"{p}: neither a trace nor a directory of traces (no {META_FILE} found)")
+                raise BadInput(f"{p}: neither a trace nor a directory of traces (no {META_FILE} found at any depth)")
             out.extend(subs)
         else:
             out.append(p)
     return out
+
+
+def walk_traces(root: Path) -> list[Path]:
+    """Trace directories at any depth under ``root``, sorted; a trace's own subfolders, and folders
+    starting with ``.`` or ``_`` (Spark's and Hive's bookkeeping), are not searched."""
+    out: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        if META_FILE in filenames and Path(dirpath) != root:
+            out.append(Path(dirpath))
+            dirnames[:] = []
+            continue
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_")))
+    return sorted(out)
 
 
 def table_files(directory: Path) -> dict[str, list[Path]]:

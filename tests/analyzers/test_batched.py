@@ -82,6 +82,32 @@ def test_the_fallback_without_step_ids_finds_the_same_steps(tmp_path: Path, pref
     assert acc["engine_gap_share"] * acc["itl_ms"] == pytest.approx(truth["gap"], rel=1e-9)
 
 
+def test_the_spark_rewrite_of_the_step_match_gives_duckdbs_rows(tmp_path: Path, prefill_only: Sim) -> None:
+    """--engine spark matches tokens without step_id to steps by a range join, not DuckDB's ASOF join:
+    run in DuckDB, the rewritten statement gives the original's rows."""
+    pytest.importorskip("sqlglot", reason="the spark extra (sqlglot, pyspark) is not installed")
+    from analyzers.modules import all_modules
+    from analyzers.spark_sql import REWRITES, rewrite
+
+    src, dst = prefill_only.path, tmp_path / "no-ids"
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.name.startswith("tokens"):
+            with ipc.open_stream(pa.OSFile(str(f))) as r:
+                t = r.read_all().drop_columns(["step_id"])
+            with pa.OSFile(str(dst / f.name), "wb") as out, ipc.new_stream(out, t.schema) as w:
+                w.write_table(t)
+        else:
+            (dst / f.name).write_bytes(f.read_bytes())
+    con = analyzers.connect([dst])
+    stmt = next(s for m in all_modules() for s in m.statements if " tokens_gaps AS" in s.split("\n")[0])
+    assert REWRITES["tokens_gaps"][0] in stmt
+    original = con.sql("SELECT * FROM tokens_gaps ORDER BY ALL").fetchall()
+    con.execute(rewrite(stmt))
+    assert con.sql("SELECT * FROM tokens_gaps ORDER BY ALL").fetchall() == original
+    assert con.sql("SELECT count(*) FROM tokens_gaps WHERE step_emission").fetchall()[0][0] > 0
+
+
 def test_steady_batch_has_no_interference_nor_preemption(tmp_path: Path) -> None:
     """Every request admitted at once: one prefill, then decode only; nothing to flag."""
     sim = run(tmp_path / "steady", Config(requests=24, rate_per_s=0, max_batch=32, output=(60, 120)))

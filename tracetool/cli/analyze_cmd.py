@@ -21,6 +21,7 @@ from tracetool.cli.common import (
     roofline_options,
     warn,
 )
+from tracetool.errors import EXIT_THRESHOLD
 from tracetool.glyphs import NOT_MEASURED
 
 _SEVERITY_MARK = {"warning": "!", "info": "·"}
@@ -42,25 +43,47 @@ _VERDICT_MARK = {"supported": "✓", "contributing": "~", "misdiagnosis": "✗",
 @click.option("--slo", default=None, metavar="KEY=MS,...",
               help="Service-level objectives (ttft_ms, tpot_ms, itl_ms, e2e_ms; attainment=0.99): goodput and "
                    "attainment in the output (slo).")
+@click.option("--group-by", "group_by", metavar="KEY,...",
+              help="Dataset keys (key=value folder names) to analyse groups by; default: the outermost key.")
+@click.option("--strict", is_flag=True,
+              help="Exit 1 when a trace of a dataset cannot be read (it is skipped either way).")
+@click.option("--memory-limit", "memory_limit", metavar="SIZE",
+              help="Memory the analysis may hold before spilling to disk: 4GB, 512MiB or 30% "
+                   "(default: half of physical memory). Parquet traces are read lazily.")
+@click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True,
+              help="Run the analyzer modules on DuckDB, or on Apache Spark SQL (the spark extra and Java 17; "
+                   "docs/fleet.md).")
+@click.option("--spark-master", metavar="URL", help="Spark master URL for --engine spark (default local[*]).")
 def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], roofline: Roofline,
-            thresholds: tuple[str, ...], slo: str | None) -> int:
+            thresholds: tuple[str, ...], slo: str | None, group_by: str | None, strict: bool,
+            memory_limit: str | None, engine: str, spark_master: str | None) -> int:
     """Attribute each request's latency and say which story about it is wrong.
 
-    TRACES are trace directories, or directories of traces (one per server);
-    several are analysed per trace and together. Components follow the
-    attribution rule of docs/trace-format.md (network, queue, tokenize,
+    TRACES are trace directories, or datasets: directory trees of traces whose
+    key=value folder names (server=a/hour=2026-12-05T10/) are grouping keys
+    (docs/fleet.md). Several traces are analysed together, per trace, and per
+    group (--group-by). A dataset's unreadable traces are skipped and named on
+    stderr (exit 1 with --strict); traces of different versions are refused.
+    Components follow the attribution rule of docs/trace-format.md (network, queue, tokenize,
     preprocess, prefill, decode, detokenize, postprocess, other); TTFT, ITL and
     TPOT follow vLLM bench serve. Decode is fitted against KV length and, when
     model and GPU are known (meta.json or --model/--gpu), compared with the
     memory-bandwidth roofline. Findings quote the measured numbers
-    (docs/findings.md). Exit 0, or 3 when a trace cannot be analysed.
+    (docs/findings.md). Exit 0; 1 with --strict when a dataset's trace was
+    skipped; 3 when nothing can be analysed.
     """
     import analyzers
+    from analyzers.fleet import analyze_dataset
+    from tracetool.dataset import DEFAULT_MEMORY_FRACTION, parse_memory, physical_memory
     from tracetool.slo import parse_slo
 
     spec = parse_slo(slo)
     th = analyzers.Thresholds().with_overrides(dict(analyzers.parse_threshold(t) for t in thresholds))
-    a = analyzers.analyze(list(traces), claims=list(claims), thresholds=th, **roofline.kwargs())
+    keys = None if group_by is None else [k.strip() for k in group_by.split(",") if k.strip()]
+    limit = (parse_memory(memory_limit) if memory_limit is not None
+             else int(physical_memory() * DEFAULT_MEMORY_FRACTION))
+    a = analyze_dataset(list(traces), group_by=keys, claims=list(claims), thresholds=th, memory_limit=limit,
+                        engine=engine, spark_master=spark_master, **roofline.kwargs())
     doc = a.to_json()
     if spec is not None:
         doc["slo"] = a.slo(spec)
@@ -72,7 +95,7 @@ def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], ro
         emit_json(doc)
     else:
         print_analysis(doc)
-    return 0
+    return EXIT_THRESHOLD if strict and a.bad else 0
 
 
 def print_analysis(doc: dict[str, Any]) -> None:
@@ -137,12 +160,22 @@ def print_analysis(doc: dict[str, Any]) -> None:
             echo(f"  {_VERDICT_MARK.get(c['verdict'], '-')} \"{c['claim']}\": {c['verdict']} "
                  f"({fmt_pct(c['share'])} of e2e)")
             echo(f"      {c['detail']}")
-    if len(traces) > 1:
+    if len(traces) > 1 and "requests" in traces[0]:
         echo("")
         echo(f"  {'trace':<24} {'requests':>9} {'e2e p50':>10} {'ttft p50':>10} {'itl p50':>10}  bottleneck")
         for t in traces:
             echo(f"  {t['trace'][:24]:<24} {t['requests']:>9,} {fmt_ms(t['e2e_ms']['p50']):>10} "
                  f"{fmt_ms(t['ttft_ms']['p50']):>10} {fmt_ms(t['itl_ms']['p50']):>10}  {t['bottleneck'] or NOT_MEASURED}")
+    groups = doc.get("groups") or []
+    if groups:
+        echo("")
+        by = ", ".join(doc["dataset"]["group_by"])
+        echo(f"  {'group (' + by + ')':<24} {'traces':>6} {'requests':>9} {'e2e p50':>10} {'ttft p50':>10} "
+             f"{'itl p50':>10}  bottleneck")
+        for g in groups:
+            name = ",".join("-" if v is None else str(v) for v in g["group"].values())
+            echo(f"  {name[:24]:<24} {len(g['traces']):>6} {g['requests']:>9,} {fmt_ms(g['e2e_ms']['p50']):>10} "
+                 f"{fmt_ms(g['ttft_ms']['p50']):>10} {fmt_ms(g['itl_ms']['p50']):>10}  {g['bottleneck'] or NOT_MEASURED}")
 
 
 @click.command()

@@ -9,7 +9,7 @@ import click
 import pyarrow as pa
 
 from tracetool.cli.common import emit_json, fmt_int, json_option, warn
-from tracetool.errors import BadInput, UsageError
+from tracetool.errors import EXIT_BAD_INPUT, BadInput, UsageError
 from tracetool.glyphs import NOT_MEASURED
 from tracetool.meta import write_meta
 from tracetool.reader import open_trace
@@ -114,12 +114,19 @@ def _kv(d: dict | None) -> str:
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
               help="Output trace directory (must not exist, or be empty).")
 @click.option("--force", is_flag=True, help="Replace table files in a non-empty output directory.")
-def convert(trace: Path, fmt: str, output: Path, force: bool) -> int:
+@click.option("--dataset", "as_dataset", is_flag=True,
+              help="TRACE is a dataset (a tree of traces): write it as partitioned Parquet under OUT, each trace "
+                   "in its key=value folders, rows sorted, zstd, row groups sized for scans (docs/fleet.md).")
+def convert(trace: Path, fmt: str, output: Path, force: bool, as_dataset: bool) -> int:
     """Rewrite TRACE with one file per table (segments compacted) in another file kind.
 
     Also recovers an interrupted recording: complete batches of a cut stream
-    are kept, the cut tail is dropped (and said on stderr).
+    are kept, the cut tail is dropped (and said on stderr). With --dataset,
+    TRACE may be a directory tree of traces; unreadable traces are named on
+    stderr and the command exits 3 after converting the others.
     """
+    if as_dataset:
+        return _convert_dataset(trace, fmt, output, force)
     t = open_trace(trace)
     if output.exists() and any(output.iterdir()) and not force:
         raise UsageError(f"{output}: exists and is not empty (use --force to replace its table files)")
@@ -145,6 +152,18 @@ def convert(trace: Path, fmt: str, output: Path, force: bool) -> int:
         warn(w)
     click.echo(f"wrote {output} ({len(t.tables)} tables, {fmt})")
     return 0
+
+
+def _convert_dataset(trace: Path, fmt: str, output: Path, force: bool) -> int:
+    from tracetool.dataset_write import write_dataset
+
+    if fmt != "parquet":
+        raise UsageError("--dataset writes Parquet only (leave --to out or say --to parquet)")
+    done = write_dataset([trace], output, force=force)
+    for m, why in done.bad:
+        warn(f"{m.path}: not converted: {why}")
+    click.echo(f"wrote {output} ({len(done.written)} traces, {fmt_int(done.rows)} rows, parquet zstd)")
+    return EXIT_BAD_INPUT if done.bad else 0
 
 
 def _write_table(table: pa.Table, path: Path, fmt: str) -> None:

@@ -63,7 +63,7 @@ class Run:
 def analyse(path: str | os.PathLike[str], *, role: str = "trace", model: str | None = None,
             gpu: str | None = None, gpus: int | None = None, weight_dtype: str | None = None,
             kv_dtype: str | None = None, claims: Sequence[str] = (), slo: SLO | None = None) -> Run:
-    """Analyse one trace (or a directory of traces) for the report.
+    """Analyse one trace, or a dataset (a directory tree of traces), for the report.
 
     Raises:
         BadInput: not a trace, or nothing to report (no request, or every request failed); the
@@ -71,12 +71,17 @@ def analyse(path: str | os.PathLike[str], *, role: str = "trace", model: str | N
         UsageError: an unknown preset or claim.
     """
     import analyzers  # DuckDB is loaded only when a report is built
+    from tracetool.dataset import discover, open_members
 
     prefix = "baseline: " if role == "baseline" else ""
     try:
-        traces = analyzers.load_traces(Path(path))
+        # a dataset (a tree of traces) is read forgivingly: unreadable traces are skipped and named
+        ds = discover([Path(path)])
+        opened = open_members(ds)
+        traces = opened.trace_list()
+        labels = [m.label for m, _ in opened.traces] if ds.is_tree else None
         a = analyzers.analyze(traces, model=model, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype,
-                              kv_dtype=kv_dtype, claims=list(claims))
+                              kv_dtype=kv_dtype, claims=list(claims), labels=labels)
     except TracetoolError as e:
         if not prefix:
             raise
@@ -89,7 +94,7 @@ def analyse(path: str | os.PathLike[str], *, role: str = "trace", model: str | N
     sources = sorted({str(t.meta.get("import", {}).get("tool")) for t in traces
                       if isinstance(t.meta.get("import"), dict) and t.meta["import"].get("tool")})
     return Run(label=a.label, doc=doc, samples=samples_of(a), source=", ".join(sources) or None,
-               warnings=list(doc.get("warnings") or []))
+               warnings=[*(doc.get("warnings") or []), *(f"{m.path}: skipped: {why}" for m, why in opened.bad)])
 
 
 def samples_of(a: Any) -> dict[str, Sample]:

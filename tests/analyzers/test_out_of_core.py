@@ -1,0 +1,97 @@
+"""Out of core: Parquet traces read lazily, DuckDB held to --memory-limit and spilling past it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from analyzer_scenarios import H100_META, LLAMA_8B_META, Req, scenario
+
+import analyzers
+from tracetool.dataset import parse_memory
+from tracetool.errors import TraceFormatError, UsageError
+from tracetool.reader import open_trace
+
+
+def _parquet_fleet(cli: Any, tmp_path: Path, requests: int = 6, output: int = 400) -> Path:
+    meta = {"model": LLAMA_8B_META, "hardware": H100_META}
+    for s in ("a", "b"):
+        scenario(tmp_path / "src" / f"server={s}", [Req(start=i * 50, network=3, prefill=20, output=output, itl=10,
+                                                         step=lambda kv: 6 + kv / 2000, batch=8)
+                                                     for i in range(requests)], **meta)
+    out = tmp_path / "pq"
+    assert cli("convert", "--dataset", tmp_path / "src", "-o", out).code == 0
+    return out
+
+
+def test_converted_parquet_is_read_lazily_and_analyses_the_same(cli: Any, tmp_path: Path) -> None:
+    out = _parquet_fleet(cli, tmp_path)
+    t = open_trace(out / "server=a", lazy=True)
+    assert t.tables == {} and {"spans", "tokens", "requests"} <= set(t.lazy)
+    assert t.rows("tokens") == 6 * 400 and t.has("tokens") and t.table_names() == sorted(t.lazy)
+    eager = analyzers.analyze([open_trace(out / "server=a")]).to_json()
+    lazy = analyzers.analyze([t]).to_json()
+    assert lazy["itl_ms"] == eager["itl_ms"] and lazy["components"] == eager["components"]
+    assert lazy["findings"] == eager["findings"]
+
+
+def test_a_null_in_a_required_column_is_caught_from_the_footer(tmp_path: Path) -> None:
+    d = tmp_path / "t"
+    d.mkdir()
+    (d / "meta.json").write_text('{"format": "tracetool", "version": 1}')
+    pq.write_table(pa.table({"request_id": pa.array(["r", None], pa.string()), "index": pa.array([0, 1], pa.int32()),
+                             "emit_ns": pa.array([1, 2], pa.int64())}), d / "tokens.parquet")
+    with pytest.raises(TraceFormatError, match=r"table tokens, column request_id: 1 null value"):
+        open_trace(d, lazy=True)
+
+
+def test_a_cast_or_missing_statistics_fall_back_to_the_eager_reader(tmp_path: Path) -> None:
+    d = tmp_path / "t"
+    d.mkdir()
+    (d / "meta.json").write_text('{"format": "tracetool", "version": 1}')
+    narrow = pa.table({"request_id": ["r", "r"], "index": pa.array([0, 1], pa.int64()),  # int64: needs a cast
+                       "emit_ns": pa.array([1, 2], pa.int64())})
+    pq.write_table(narrow, d / "tokens.parquet")
+    pq.write_table(pa.table({"request_id": ["r"], "name": ["server.request"], "start_ns": [0], "end_ns": [5],
+                             "clock": ["server"]}), d / "spans.parquet", write_statistics=False)
+    t = open_trace(d, lazy=True)
+    assert set(t.tables) == {"tokens", "spans"} and t.lazy == {}
+    assert t.table("tokens").schema.field("index").type == pa.int32()
+
+
+def test_memory_limit_is_applied_and_changes_no_result(cli: Any, tmp_path: Path) -> None:
+    out = _parquet_fleet(cli, tmp_path, requests=40, output=1500)  # 120k tokens
+    free = analyzers.analyze(open_trace(p, lazy=True) for p in (out / "server=a", out / "server=b"))
+    tight = analyzers.analyze([open_trace(p, lazy=True) for p in (out / "server=a", out / "server=b")],
+                              memory_limit=64 * 2**20)
+    limit = tight.query("SELECT current_setting('memory_limit') AS m").column("m")[0].as_py()
+    assert limit == "64.0 MiB"  # too little to share: the three analyses ran one after the other
+    a, b = free.to_json(), tight.to_json()
+    assert a["itl_ms"]["p99"] == pytest.approx(b["itl_ms"]["p99"]) and a["itl_ms"]["n"] == b["itl_ms"]["n"]
+    assert a["components"] == b["components"] and a["bottleneck"] == b["bottleneck"]
+
+
+@pytest.mark.parametrize(("text", "value"), [("4GB", 4 * 10**9), ("512MiB", 512 * 2**20), ("1.5G", 1.5e9),
+                                            ("100 mb", 100 * 10**6)])
+def test_parse_memory(text: str, value: float) -> None:
+    assert parse_memory(text) == int(value)
+
+
+def test_parse_memory_percent_and_bad_sizes(cli: Any, tmp_path: Path) -> None:
+    assert parse_memory("50%") > parse_memory("10%") > 0
+    for bad in ("lots", "12XB", "1MB", "%"):
+        with pytest.raises(UsageError):
+            parse_memory(bad)
+    r = cli("analyze", "--memory-limit", "lots", tmp_path)
+    assert r.code == 2 and "--memory-limit lots" in r.err
+
+
+def test_analyze_cli_with_a_memory_limit(cli: Any, tmp_path: Path) -> None:
+    out = _parquet_fleet(cli, tmp_path)
+    a = json.loads(cli("analyze", "--json", out).out)
+    b = json.loads(cli("analyze", "--json", "--memory-limit", "64MiB", out).out)
+    assert a["groups"] == b["groups"] and a["requests"] == b["requests"] == 12
