@@ -40,6 +40,8 @@ SESSION_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.ui.enabled": "false",
+    # no progress bars on stderr, where tracetool's own one-line messages go
+    "spark.ui.showConsoleProgress": "false",
     # the summary and findings statements are one-row projections of hundreds of expressions;
     # inferring constraints over them takes the optimizer minutes and gigabytes, and gains nothing
     "spark.sql.constraintPropagation.enabled": "false",
