@@ -34,6 +34,7 @@ from analyzers.modules import DISABLED_OPTIMIZERS, SMALL_DISABLED_OPTIMIZERS, ru
 from analyzers.modules import script as modules_script
 from analyzers.params import ClaimSpec, RooflineInputs, Thresholds
 from tracetool.errors import BadInput
+from tracetool.lazy import files as lazy_files
 from tracetool.reader import Trace, find_traces, open_trace
 from tracetool.schema import TABLES
 
@@ -147,6 +148,9 @@ def _open(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | None,
         script.append(f"CREATE VIEW {name} AS {union}")
     con.execute(";\n".join(script))
     _param_tables(con, traces, labels, roof, thresholds or Thresholds(), claims)
+    lazy = [f for t in traces for tab in t.lazy.values() for f in lazy_files(tab)]
+    if lazy:  # the lazy tables' Parquet files stay readable, nothing else
+        con.execute("SET allowed_paths = [" + ", ".join(_lit(f) for f in lazy) + "]")
     con.execute("SET enable_external_access = false; SET python_enable_replacements = false")
     run_all(con, _disabled(small))
     return con, registered

@@ -21,7 +21,15 @@ from typing import TYPE_CHECKING, Any
 
 from analyzers.analysis import MAX_PARALLEL, Analysis, analyze, parallel_within
 from analyzers.params import ClaimSpec, Thresholds
-from tracetool.dataset import Dataset, Member, discover, group_keys, groups, open_members
+from tracetool.dataset import (
+    Dataset,
+    Member,
+    discover,
+    engine_budget,
+    group_keys,
+    groups,
+    open_members,
+)
 from tracetool.errors import UsageError
 
 if TYPE_CHECKING:
@@ -94,9 +102,11 @@ def analyze_dataset(paths: Sequence[str | os.PathLike[str]], *, group_by: Sequen
         paths: traces, or directory trees of traces (a dataset).
         group_by: key names to group by (default: the outermost key, if the folders give any).
         model, gpu, gpus, weight_dtype, kv_dtype, claims, thresholds: as :func:`analyzers.analyze`.
-        memory_limit: bytes DuckDB may hold in all before spilling to disk (None: DuckDB's
-            default). Parquet tables are read lazily (:mod:`tracetool.lazy`), so with a limit
-            the analysis runs in bounded memory whatever the dataset's size.
+        memory_limit: bytes the whole process may hold (None: no limit, DuckDB's default). DuckDB
+            is given what is left of it once the traces are opened, less a reserve for Python
+            (:func:`tracetool.dataset.engine_budget`), and spills to disk past that. Parquet tables
+            are read lazily, by DuckDB's own reader (:mod:`tracetool.lazy`), so the analysis runs
+            in bounded memory whatever the dataset's size.
         engine: ``duckdb``, or ``spark`` (:mod:`analyzers.spark_engine`: the overall analysis and
             each group's run on Spark SQL; ``traces`` then lists the traces without analysing
             each alone).
@@ -112,6 +122,8 @@ def analyze_dataset(paths: Sequence[str | os.PathLike[str]], *, group_by: Sequen
         if k in _GROUP_FIELDS:
             raise UsageError(f"--group-by {k}: the name of a field of every group entry; rename the folders")
     opened = open_members(ds, lazy=True)
+    if memory_limit is not None:
+        memory_limit = engine_budget(memory_limit)
     members = [m for m, _ in opened.traces]
     traces = opened.trace_list()
     labels = _labels(members)

@@ -11,7 +11,7 @@ exponent of time and RSS with token count (least squares on log-log). Datasets a
 deleted after their arm unless ``--keep``.
 
     python benchmarks/bench_fleet.py                               # 10^6 and 10^7
-    python benchmarks/bench_fleet.py --sizes 1e6,1e7,1e8 --memory-limit 2GB
+    python benchmarks/bench_fleet.py --sizes 1e6,1e7,1e8 --memory-limit 4GB
 """
 
 from __future__ import annotations
@@ -92,8 +92,8 @@ def exponent(xs: list[float], ys: list[float]) -> float | None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="1e6,1e7", help="token counts, comma-separated (1e8 takes ~8 GB of disk)")
-    ap.add_argument("--memory-limit", default="2GB", help="tracetool analyze --memory-limit (and the floor's)")
+    ap.add_argument("--sizes", default="1e6,1e7", help="token counts, comma-separated (1e8 takes ~1.3 GB of disk)")
+    ap.add_argument("--memory-limit", default="4GB", help="tracetool analyze --memory-limit (and the floor's)")
     ap.add_argument("--keep", action="store_true", help="keep the generated datasets under /tmp")
     ap.add_argument("--no-result", action="store_true", help="do not write benchmarks/results/bench_fleet.json")
     a = ap.parse_args()

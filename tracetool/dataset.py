@@ -188,6 +188,28 @@ def physical_memory() -> int:
         return 4 * 2**30
 
 
+def process_rss() -> int:
+    """Bytes this process holds in physical memory now (0 where the system does not say)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0
+
+
+#: Of a ``--memory-limit``, the share kept back from DuckDB for what Python holds while it analyses
+#: (each analysis' per-request tables, the JSON document) and the allocators' slack.
+PYTHON_RESERVE = 0.25
+
+
+def engine_budget(limit: int) -> int:
+    """What DuckDB may hold so that the whole process stays within ``limit`` bytes: the limit less
+    what the process holds already (the interpreter, pyarrow, DuckDB's code, the traces' footers)
+    and :data:`PYTHON_RESERVE` of it; never under 64 MiB.
+    """
+    return max(64 * 2**20, int(limit * (1 - PYTHON_RESERVE)) - process_rss())
+
+
 def group_keys(ds: Dataset, group_by: Sequence[str] | None) -> list[str]:
     """The keys to group by: those asked for (each must exist), else the outermost key, else none.
 
@@ -218,10 +240,12 @@ __all__ = [
     "Opened",
     "check_versions",
     "discover",
+    "engine_budget",
     "group_keys",
     "groups",
     "hive_keys",
     "open_members",
     "parse_memory",
     "physical_memory",
+    "process_rss",
 ]

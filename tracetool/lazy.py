@@ -79,6 +79,29 @@ def _no_required_nulls(md: Any, spec: Any, path: Path) -> bool:
     return True
 
 
+#: DuckDB's name for each type the trace format uses (tracetool.schema).
+_DUCK_TYPES = {pa.int32(): "INTEGER", pa.int64(): "BIGINT", pa.float64(): "DOUBLE", pa.string(): "VARCHAR"}
+
+
+def view_sql(dataset: Any) -> str:
+    """A SELECT that reads a lazy table's files with DuckDB's own Parquet reader, in the canonical
+    schema: columns no file has are typed NULLs. DuckDB's reader keeps every buffer it scans with
+    within the connection's memory limit, where a ``pyarrow.dataset`` scan's read-ahead is outside it.
+    """
+    present = {n for frag in dataset.get_fragments() for n in frag.physical_schema.names}
+    cols = []
+    for f in dataset.schema:
+        q = '"' + f.name.replace('"', '""') + '"'
+        cols.append(q if f.name in present else f"CAST(NULL AS {_DUCK_TYPES.get(f.type, 'VARCHAR')}) AS {q}")
+    files = ", ".join("'" + p.replace("'", "''") + "'" for p in dataset.files)
+    return f"SELECT {', '.join(cols)} FROM read_parquet([{files}], union_by_name = true)"
+
+
+def files(dataset: Any) -> list[str]:
+    """The files a lazy table reads."""
+    return list(dataset.files)
+
+
 def rows(dataset: Any) -> int:
     """Rows of a lazy table, from the footers."""
     return int(dataset.count_rows())

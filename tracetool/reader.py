@@ -90,7 +90,12 @@ class Trace:
         """
         names = []
         for name in sorted(set(TABLES) | set(self.tables) | set(self.lazy)):
-            con.register(f"{prefix}{name}", self.lazy[name] if name in self.lazy else self.table(name))
+            if name in self.lazy:
+                from tracetool.lazy import view_sql
+
+                con.execute(f"CREATE OR REPLACE TEMP VIEW {prefix}{name} AS {view_sql(self.lazy[name])}")
+            else:
+                con.register(f"{prefix}{name}", self.table(name))
             names.append(f"{prefix}{name}")
         return names
 

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -95,3 +96,43 @@ def test_analyze_cli_with_a_memory_limit(cli: Any, tmp_path: Path) -> None:
     a = json.loads(cli("analyze", "--json", out).out)
     b = json.loads(cli("analyze", "--json", "--memory-limit", "64MiB", out).out)
     assert a["groups"] == b["groups"] and a["requests"] == b["requests"] == 12
+
+
+def test_lazy_tables_are_scanned_by_duckdb_and_no_other_file_is_readable(cli: Any, tmp_path: Path) -> None:
+    """DuckDB's own Parquet reader scans a lazy table (its buffers count against the memory limit,
+    a pyarrow.dataset scan's read-ahead would not); the connection may read those files and no other."""
+    out = _parquet_fleet(cli, tmp_path)
+    a = analyzers.analyze([open_trace(out / "server=a", lazy=True)])
+    view = a.query("SELECT sql FROM duckdb_views() WHERE view_name = '_t0_tokens'").column("sql")[0].as_py()
+    assert "read_parquet" in view and str(out / "server=a" / "tokens.parquet") in view
+    assert a.query("SELECT count(*) AS n FROM tokens").column("n")[0].as_py() == 6 * 400
+    for other in (out / "server=b" / "tokens.parquet", tmp_path / "src" / "server=a" / "meta.json"):
+        with pytest.raises(duckdb.Error, match=r"(?i)permission|external access|not allowed"):
+            a.query(f"SELECT * FROM read_parquet('{other}')" if other.suffix == ".parquet"
+                    else f"SELECT * FROM read_text('{other}')")
+
+
+def test_a_column_no_file_has_reads_as_typed_nulls(tmp_path: Path) -> None:
+    d = tmp_path / "t"
+    d.mkdir()
+    (d / "meta.json").write_text('{"format": "tracetool", "version": 1}')
+    pq.write_table(pa.table({"request_id": ["r", "r"], "index": pa.array([0, 1], pa.int32()),
+                             "emit_ns": pa.array([10, 20], pa.int64())}), d / "tokens.parquet")
+    t = open_trace(d, lazy=True)
+    assert "tokens" in t.lazy
+    con = duckdb.connect()
+    t.register(con)
+    got = con.sql("SELECT typeof(kv_len) AS k, typeof(step_start_ns) AS s, count(kv_len) AS n FROM tokens "
+                  "GROUP BY ALL").fetchall()
+    assert got == [("INTEGER", "BIGINT", 0)]
+
+
+def test_the_engine_gets_the_limit_less_what_the_process_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracetool import dataset
+
+    monkeypatch.setattr(dataset, "process_rss", lambda: 300 * 2**20)
+    limit = 4 * 2**30
+    assert dataset.engine_budget(limit) == int(limit * (1 - dataset.PYTHON_RESERVE)) - 300 * 2**20
+    assert dataset.engine_budget(256 * 2**20) == 64 * 2**20  # never under DuckDB's working minimum
+    monkeypatch.undo()
+    assert 10 * 2**20 < dataset.process_rss() < 64 * 2**30  # this interpreter, read from the system

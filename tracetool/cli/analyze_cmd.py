@@ -48,8 +48,8 @@ _VERDICT_MARK = {"supported": "✓", "contributing": "~", "misdiagnosis": "✗",
 @click.option("--strict", is_flag=True,
               help="Exit 1 when a trace of a dataset cannot be read (it is skipped either way).")
 @click.option("--memory-limit", "memory_limit", metavar="SIZE",
-              help="Memory the analysis may hold before spilling to disk: 4GB, 512MiB or 30% "
-                   "(default: half of physical memory). Parquet traces are read lazily.")
+              help="Memory the whole process may hold; DuckDB spills to disk past its share: 4GB, 512MiB or "
+                   "30% (default: half of physical memory). Parquet traces are read lazily.")
 @click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True,
               help="Run the analyzer modules on DuckDB, or on Apache Spark SQL (the spark extra and Java 17; "
                    "docs/fleet.md).")
