@@ -61,10 +61,14 @@ def test_record_several_servers_one_trace_each(live_recorder: Callable[..., Reco
     produce(a, 2, 5, prefix="a")
     produce(b, 2, 5, prefix="b")
     out = tmp_path / "both"
-    r = cli("attach", str(a.live.address), str(b.live.address), "--record", str(out), "--duration", "1")
+    r = cli("attach", str(a.live.address), str(b.live.address), "--record", str(out), "--duration", "1", "--json")
     assert r.code == 0, r.err
     dirs = sorted(p.name for p in out.iterdir())
     assert dirs == sorted(f"server=127.0.0.1:{x.live.address.port}" for x in (a, b))
+    summary = json.loads(r.out)["servers"]
+    assert [(s["directory"], s["keys"]) for s in summary] == [
+        (str(out / f"server={x.live.address}"), {"server": str(x.live.address)}) for x in (a, b)]
+    assert f"tracetool analyze {out}" in r.err
     assert cli("validate", str(out / dirs[0])).code == 0
     doc = json.loads(cli("analyze", str(out), "--json").out)
     # a dataset keyed by server: grouped per server with no --group-by, the key read back as the address

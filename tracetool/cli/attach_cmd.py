@@ -231,7 +231,7 @@ def _fleet_json(addrs: list[Address], duration: float, options: ClientOptions, s
 
 def _record(addrs: list[Address], out: Path, duration: float, options: ClientOptions, force: bool,
             as_json: bool, metrics: tuple[str, float] | None = None) -> int:
-    from tracetool.live.headless import record_live
+    from tracetool.live.headless import SERVER_KEY, record_live
 
     warn(f"recording {', '.join(str(a) for a in addrs)} for {duration:g} s into {out}")
     beside = None
@@ -244,10 +244,14 @@ def _record(addrs: list[Address], out: Path, duration: float, options: ClientOpt
             return scrape_into_writer(writer, url, clock="scraper", interval_s=interval)
 
     result = record_live(addrs, out, duration, options=options, force=force, progress=warn, beside=beside)
+    several = len(addrs) > 1
+    if several:
+        warn(f"{out}: a dataset keyed by server: `tracetool analyze {out}` analyses it per server")
     if as_json:
         emit_json({"version": 1, "out": str(result.out), "seconds": round(result.elapsed_s, 3),
                    "interrupted": result.interrupted,
                    "servers": [{"address": str(s.address), "directory": str(s.directory),
+                                "keys": {SERVER_KEY: str(s.address)} if several else {},
                                 "connected": s.connected, "refused": s.refused, "reason": s.reason or None,
                                 "rows": s.rows, "dropped_rows": s.dropped, "reconnects": s.reconnects,
                                 "batches_missed": s.gaps} for s in result.servers]})
