@@ -62,13 +62,13 @@ def test_live_fleet_document_has_the_offline_datasets_shape_and_numbers(
     recs, served = _quiet_fleet(live_recorder)
     addrs = [str(r.live.address) for r in recs]
 
-    live = cli("attach", *addrs, "--json", "--duration", "1")
+    live = cli("attach", *addrs, "--json", "--duration", "2")
     assert live.code == 0, live.err
     assert "Traceback" not in live.err and "watching" in live.err
     ldoc = json.loads(live.out)
 
     out = tmp_path / "fleet"
-    rec = cli("attach", *addrs, "--record", out, "--duration", "1")
+    rec = cli("attach", *addrs, "--record", out, "--duration", "2")
     assert rec.code == 0, rec.err
     assert sorted(p.name for p in out.iterdir()) == sorted(f"server={a}" for a in addrs)
     off = cli("analyze", out, "--json")  # no --group-by: the outermost key, server
@@ -110,7 +110,7 @@ def test_unreachable_server_is_a_bad_trace_and_the_others_are_analysed(
     produce(b, 4, 5, prefix="b-")
     nobody = f"127.0.0.1:{free_port()}"
     with Traffic(a, tokens=5):  # a serves while watched: its window grows
-        r = cli("attach", str(a.live.address), nobody, str(b.live.address), "--json", "--duration", "1.5",
+        r = cli("attach", str(a.live.address), nobody, str(b.live.address), "--json", "--duration", "2",
                 "--connect-timeout", "1")
     assert r.code == 0, r.err
     doc = json.loads(r.out)
@@ -125,7 +125,7 @@ def test_unreachable_server_is_a_bad_trace_and_the_others_are_analysed(
 
     # the same servers recorded: the unreachable one's empty trace is set aside the same way
     out = tmp_path / "rec"
-    rec = cli("attach", str(a.live.address), nobody, str(b.live.address), "--record", out, "--duration", "1")
+    rec = cli("attach", str(a.live.address), nobody, str(b.live.address), "--record", out, "--duration", "2")
     assert rec.code == 3 and "nothing recorded" in rec.err
     off = cli("analyze", out, "--json")
     assert off.code == 0, off.err
@@ -180,3 +180,13 @@ def test_ctrl_c_prints_what_was_watched_and_exits_130(live_recorder: Callable[..
     assert "Traceback" not in stderr
     doc = json.loads(stdout)
     assert [(g["server"], g["requests"]) for g in doc["groups"]] == [(str(rec.live.address), 3)]
+
+
+def test_window_options_apply_to_the_live_document(live_recorder: Callable[..., Recorder], cli) -> None:
+    rec = live_recorder()
+    produce(rec, 5, 4, prefix="w")
+    r = cli("attach", str(rec.live.address), "--json", "--duration", "2", "--window-requests", "2")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["requests"] == 2 and [g["requests"] for g in doc["groups"]] == [2]
+    assert "last 2 requests" in r.err
