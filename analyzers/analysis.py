@@ -230,7 +230,7 @@ def analyze(traces: TraceArg | Iterable[TraceArg], *, model: str | None = None, 
     if len(labels) != len(opened) or len(set(labels)) != len(labels):
         raise ValueError("labels: one distinct label per trace")
     for t in opened:
-        _check_usable(t)
+        check_usable(t)
     if len(opened) == 1:
         combined = _run(opened, labels, roof, th, specs, labels[0], session, memory_limit)
         combined.traces = [combined]
@@ -305,7 +305,8 @@ def _collect(con: duckdb.DuckDBPyConnection, traces: list[Trace], roof: list[Roo
                     thresholds=th, con=con, warnings=warnings, _lock=lock)
 
 
-def _check_usable(t: Trace) -> None:
+def check_usable(t: Trace) -> None:
+    """Raise :class:`BadInput` (one line) when a trace holds no request to analyse."""
     if not t.has("spans") and not t.has("tokens"):
         recorded = ", ".join(t.table_names()) or "none"
         raise BadInput(f"{t.path}: nothing to analyse: the trace has neither a spans nor a tokens table "

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from analyzers.analysis import MAX_PARALLEL, Analysis, analyze, parallel_within
+from analyzers.analysis import MAX_PARALLEL, Analysis, analyze, check_usable, parallel_within
 from analyzers.params import ClaimSpec, Thresholds
 from tracetool.dataset import (
     Dataset,
@@ -30,7 +30,8 @@ from tracetool.dataset import (
     groups,
     open_members,
 )
-from tracetool.errors import UsageError
+from tracetool.errors import BadInput, UsageError
+from tracetool.reader import Trace
 
 if TYPE_CHECKING:
     from tracetool.slo import SLO
@@ -118,26 +119,88 @@ def analyze_dataset(paths: Sequence[str | os.PathLike[str]], *, group_by: Sequen
     """
     ds = discover(paths)
     keys = group_keys(ds, group_by)
+    _check_keys(keys)
+    opened = open_members(ds, lazy=True)
+    return _analyze_opened(ds, keys, opened.traces, opened.bad, model=model, gpu=gpu, gpus=gpus,
+                           weight_dtype=weight_dtype, kv_dtype=kv_dtype, claims=claims, thresholds=thresholds,
+                           memory_limit=memory_limit, engine=engine, spark_master=spark_master)
+
+
+def analyze_keyed(traces: Sequence[tuple[Member, Trace]], *, bad: Sequence[tuple[Member, str]] = (),
+                  group_by: Sequence[str] | None = None, model: str | None = None, gpu: str | None = None,
+                  gpus: int | None = None, weight_dtype: str | None = None, kv_dtype: str | None = None,
+                  claims: Sequence[str | ClaimSpec] = (), thresholds: Thresholds | None = None,
+                  memory_limit: int | None = None) -> DatasetAnalysis:
+    """Traces already opened, each with its :class:`Member` (label and keys), analysed exactly as
+    :func:`analyze_dataset` analyses a dataset: overall, each alone, and per group.
+
+    A live fleet (``tracetool attach ADDR... --json --duration S``) is such a set: one window per
+    server, keyed ``server``, so its document has the shape of ``analyze --json`` on a dataset
+    recorded as ``DIR/server=HOST:PORT/``. ``bad`` are the members that gave nothing, with why
+    (the document's ``dataset.bad_traces``).
+
+    Raises:
+        BadInput: no trace.
+        UsageError: an unknown ``group_by`` key, or a key named like a group field.
+    """
+    if not traces:
+        why = "; ".join(f"{m.label}: {r}" for m, r in bad) or "none given"
+        raise BadInput(f"nothing to analyse ({why})")
+    members = [m for m, _ in traces]
+    names: list[str] = []
+    for m in [*members, *(m for m, _ in bad)]:
+        names += [k for k, _ in m.keys if k not in names]
+    ds = Dataset([*members, *(m for m, _ in bad)], names, is_tree=True)
+    keys = group_keys(ds, group_by)
+    _check_keys(keys)
+    return _analyze_opened(ds, keys, list(traces), list(bad), model=model, gpu=gpu, gpus=gpus,
+                           weight_dtype=weight_dtype, kv_dtype=kv_dtype, claims=claims, thresholds=thresholds,
+                           memory_limit=memory_limit)
+
+
+def _check_keys(keys: Sequence[str]) -> None:
     for k in keys:
         if k in _GROUP_FIELDS:
             raise UsageError(f"--group-by {k}: the name of a field of every group entry; rename the folders")
-    opened = open_members(ds, lazy=True)
-    if memory_limit is not None:
+
+
+def _analyze_opened(ds: Dataset, keys: list[str], opened: list[tuple[Member, Trace]], bad: list[tuple[Member, str]],
+                    *, model: str | None, gpu: str | None, gpus: int | None, weight_dtype: str | None,
+                    kv_dtype: str | None, claims: Sequence[str | ClaimSpec], thresholds: Thresholds | None,
+                    memory_limit: int | None, engine: str = "duckdb",
+                    spark_master: str | None = None) -> DatasetAnalysis:
+    """The overall, per-trace and per-group analyses of opened traces (both entry points above).
+
+    In a tree, a trace with no request to analyse (an empty recording: a server that was not
+    reachable) is set aside like an unreadable one, with its reason.
+    """
+    if ds.is_tree:
+        usable = []
+        for m, t in opened:
+            try:
+                check_usable(t)
+                usable.append((m, t))
+            except BadInput as e:
+                bad = [*bad, (m, str(e).removeprefix(f"{t.path}: "))]
+        if not usable:
+            raise BadInput(bad[0][1] if len(bad) == 1 else f"no trace to analyse among {len(bad)}: {bad[0][1]}")
+        opened = usable
+    members = [m for m, _ in opened]
+    traces = [t for _, t in opened]
+    if memory_limit is not None:  # what DuckDB may hold, the traces being open: the rest is Python's
         memory_limit = engine_budget(memory_limit)
-    members = [m for m, _ in opened.traces]
-    traces = opened.trace_list()
     labels = _labels(members)
     members = [Member(m.path, lab, m.keys) for m, lab in zip(members, labels, strict=True)]
     common: dict[str, Any] = {"model": model, "gpu": gpu, "gpus": gpus, "weight_dtype": weight_dtype,
                               "kv_dtype": kv_dtype, "claims": claims, "thresholds": thresholds}
     if engine == "spark":
-        return _on_spark(ds, keys, members, opened.bad, traces, labels, spark_master, common)
+        return _on_spark(ds, keys, members, bad, traces, labels, spark_master, common)
     if engine != "duckdb":
         raise UsageError(f"--engine {engine}: unknown (duckdb or spark)")
     overall = analyze(traces, labels=labels, memory_limit=memory_limit, **common)
     by_label = {t.label: t for t in overall.traces}
     index = {m.label: i for i, m in enumerate(members)}
-    out = DatasetAnalysis(ds, overall, keys, members=members, bad=opened.bad)
+    out = DatasetAnalysis(ds, overall, keys, members=members, bad=bad)
     todo: list[tuple[dict[str, str | None], list[Member]]] = []
     for vals, ms in (groups(members, keys) if keys else []):
         if len(ms) == 1:
@@ -198,4 +261,4 @@ def _labels(members: Sequence[Member]) -> list[str]:
     return out
 
 
-__all__ = ["DatasetAnalysis", "Group", "analyze_dataset"]
+__all__ = ["DatasetAnalysis", "Group", "analyze_dataset", "analyze_keyed"]

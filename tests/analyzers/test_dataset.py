@@ -113,6 +113,26 @@ def test_broken_trace_among_good_ones(cli: Any, tmp_path: Path) -> None:
     assert strict.code == 1 and json.loads(strict.out)["requests"] == 12 and str(bad) in strict.err
 
 
+def test_trace_with_no_request_among_good_ones_is_set_aside(cli: Any, tmp_path: Path) -> None:
+    """An empty recording (attach --record of a server that was not reachable) is a bad trace of the
+    dataset, with its reason, not the end of the whole analysis."""
+    from tracetool.writer import TraceWriter
+
+    ds = fleet(tmp_path / "fleet")
+    empty = ds / "server=d" / "hour=10"
+    TraceWriter(empty, meta={}).start().close()
+    r = cli("analyze", "--json", ds)
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["requests"] == 12 and [g["server"] for g in doc["groups"]] == ["a", "b", "c"]
+    assert doc["dataset"]["bad_traces"] == [
+        {"path": str(empty), "error": "nothing to analyse: the trace has neither a spans nor a tokens table "
+                                      "(tables: none)"}]
+    assert f"tracetool: {empty}: skipped: nothing to analyse" in r.err
+    alone = cli("analyze", empty)  # named on its own, it is still an error
+    assert alone.code == 3 and "nothing to analyse" in alone.err
+
+
 def test_mixed_versions_are_refused_in_one_line(cli: Any, tmp_path: Path) -> None:
     ds = fleet(tmp_path / "fleet")
     newer = ds / "server=c" / "hour=11"

@@ -61,12 +61,20 @@ def test_record_several_servers_one_trace_each(live_recorder: Callable[..., Reco
     produce(a, 2, 5, prefix="a")
     produce(b, 2, 5, prefix="b")
     out = tmp_path / "both"
-    r = cli("attach", str(a.live.address), str(b.live.address), "--record", str(out), "--duration", "1")
+    r = cli("attach", str(a.live.address), str(b.live.address), "--record", str(out), "--duration", "1", "--json")
     assert r.code == 0, r.err
     dirs = sorted(p.name for p in out.iterdir())
-    assert dirs == sorted(f"127.0.0.1_{x.live.address.port}" for x in (a, b))
+    assert dirs == sorted(f"server=127.0.0.1:{x.live.address.port}" for x in (a, b))
+    summary = json.loads(r.out)["servers"]
+    assert [(s["directory"], s["keys"]) for s in summary] == [
+        (str(out / f"server={x.live.address}"), {"server": str(x.live.address)}) for x in (a, b)]
+    assert f"tracetool analyze {out}" in r.err
     assert cli("validate", str(out / dirs[0])).code == 0
-    assert cli("analyze", str(out), "--json").code == 0
+    doc = json.loads(cli("analyze", str(out), "--json").out)
+    # a dataset keyed by server: grouped per server with no --group-by, the key read back as the address
+    assert doc["dataset"]["group_by"] == ["server"]
+    assert sorted((g["server"], g["requests"]) for g in doc["groups"]) == sorted(
+        (str(x.live.address), 2) for x in (a, b))
 
 
 def test_record_errors_are_one_line_with_exit_codes(live_recorder: Callable[..., Recorder], tmp_path: Path,
@@ -83,6 +91,9 @@ def test_record_errors_are_one_line_with_exit_codes(live_recorder: Callable[...,
     assert r.code == 2 and "not empty" in r.err
     assert cli("attach", "127.0.0.1:1", "--record", str(tmp_path / "d")).code == 2
     assert cli("attach", "127.0.0.1:1", "--duration", "3").code == 2
+    r = cli("attach", str(rec.live.address), str(rec.live.address), "--record", str(tmp_path / "twice"),
+            "--duration", "1")
+    assert r.code == 2 and "given twice" in r.err
     assert cli("attach", "host:99999").code == 2
     r = cli("attach", "127.0.0.1:1")  # the TUI needs a terminal; pytest has none
     assert r.code == 2 and "interactive terminal" in r.err

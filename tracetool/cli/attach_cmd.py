@@ -3,8 +3,10 @@
 A thin layer over :mod:`tracetool.live`: it parses addresses and options,
 checks what can be checked before anything is drawn (addresses, presets, the
 TLS root file, a token the server refuses: exit 2 or 3, one line), then runs
-the viewer on a :class:`~tracetool.live.source.LiveSource` or, with
-``--record``, :func:`~tracetool.live.headless.record_live`.
+the viewer on a :class:`~tracetool.live.source.LiveSource`; with ``--record``,
+:func:`~tracetool.live.headless.record_live`; with ``--json --duration`` alone,
+:func:`~tracetool.live.headless.watch_live` and one analysis of the fleet's
+windows in ``analyze --json``'s dataset shape (:func:`analyzers.fleet.analyze_keyed`).
 """
 
 from __future__ import annotations
@@ -87,7 +89,8 @@ def live_config(live: str | None, token: str | None, tls_cert: Path | None,
 @click.option("--record", "record_dir", type=click.Path(path_type=Path), default=None,
               help="Headless: save the live stream as a v1 trace in this directory (no TUI).")
 @click.option("--duration", type=click.FloatRange(0, min_open=True), default=None,
-              help="With --record: seconds to record.")
+              help="With --record: seconds to record. With --json (no --record): seconds to watch before "
+                   "the one analysis of every server's window.")
 @click.option("--force", is_flag=True, help="With --record: replace the trace in a non-empty directory.")
 @roofline_options
 @click.option("--theme", type=click.Choice(["dark", "light"]), default="dark", show_default=True,
@@ -111,6 +114,7 @@ def attach(addresses: tuple[str, ...], token: str | None, tls: bool, tls_root: P
         tracetool attach 127.0.0.1:9100
         tracetool attach 10.0.0.5:9100 10.0.0.6:9100 --window-s 60
         tracetool attach 127.0.0.1:9100 --record live-trace --duration 30
+        tracetool attach 10.0.0.5:9100 10.0.0.6:9100 --json --duration 30
 
     The TUI of `tracetool tui` on a sliding window of each server's trace
     (last --window-s seconds, or the last --window-requests requests; w
@@ -119,19 +123,31 @@ def attach(addresses: tuple[str, ...], token: str | None, tls: bool, tls_root: P
     is connected, the tokens received and their rate, and rows the stream
     dropped; a server that goes away shows as disconnected and is
     reconnected with backoff. With --record (and --duration) there is no
-    TUI: the stream is saved as a v1 trace (one per server under DIR when
-    several) and a summary goes to stderr (--json: on stdout). Exit 3 when
-    a server refuses the token or TLS fails, or nothing could be recorded;
-    2 for bad options; 130 after Ctrl-C (a recording is still saved). With
-    --record and --metrics-url URL (one ADDR), the server's Prometheus
-    metrics are scraped into the recorded trace too (on this host's clock).
+    TUI: the stream is saved as a v1 trace (one per server in
+    DIR/server=HOST:PORT when several, a dataset `analyze` groups per
+    server) and a summary goes to stderr (--json: on stdout). With --json
+    --duration S and no --record, the servers are watched for S seconds
+    and one document is printed: analyze --json's on a dataset, over every
+    server's window, with one group per server (dataset.bad_traces: the
+    servers that gave nothing, and why). Exit 3 when a server refuses the
+    token or TLS fails, or nothing could be recorded or analysed; 2 for bad
+    options; 130 after Ctrl-C (a recording is still saved, what was watched
+    still analysed). With --record and --metrics-url URL (one ADDR), the
+    server's Prometheus metrics are scraped into the recorded trace too (on
+    this host's clock).
     """
     from tracetool.live.client import ClientOptions
     from tracetool.live.window import WindowSpec
 
     addrs = [parse_address(a, option="ADDR") for a in addresses]
-    if (record_dir is None) != (duration is None):
+    if record_dir is not None and duration is None:
         raise UsageError("--record DIR and --duration SECONDS go together")
+    if record_dir is None and duration is not None and not as_json:
+        raise UsageError("--duration goes with --record DIR (save the stream) or --json (analyse the servers' "
+                         "windows once after S seconds)")
+    if record_dir is None and as_json and duration is None:
+        raise UsageError("--json without --record needs --duration SECONDS (how long to watch before the one "
+                         "analysis; the TUI prints nothing)")
     root = None
     if tls_root is not None:
         try:
@@ -149,12 +165,12 @@ def attach(addresses: tuple[str, ...], token: str | None, tls: bool, tls_root: P
                              "watch an engine's metrics live, give --metrics-url to the recording process "
                              "(tracetool serve/record --live ... --metrics-url URL): its stream carries them")
         metrics = (checked(metrics_url), metrics_interval)
-    if record_dir is None and as_json:
-        raise UsageError("--json goes with --record (the TUI draws, it prints nothing)")
     with observer_priority(nice):  # before any thread starts: they inherit it (live/priority.py)
         if record_dir is not None and duration is not None:
             return _record(addrs, record_dir, duration, options, force, as_json, metrics)
         spec = WindowSpec(seconds=window_s or None, requests=window_requests)
+        if duration is not None:
+            return _fleet_json(addrs, duration, options, spec, roofline, connect_timeout)
         return _watch(addrs, options, spec, refresh_s, roofline, theme, connect_timeout)
 
 
@@ -176,9 +192,46 @@ def _watch(addrs: list[Address], options: ClientOptions, spec: WindowSpec, refre
     return launch(source, AnalysisOptions(**roofline.kwargs()), theme=theme)
 
 
+def _fleet_json(addrs: list[Address], duration: float, options: ClientOptions, spec: WindowSpec,
+                roofline: Roofline, connect_timeout: float) -> int:
+    """Watch for ``duration`` seconds, then print one analysis of every server's window: the document
+    of ``analyze --json`` on a dataset keyed ``server`` (what ``--record DIR`` saves)."""
+    from analyzers.fleet import analyze_keyed
+    from tracetool.dataset import Member, hive_keys
+    from tracetool.live.headless import server_folder, watch_live
+
+    warn(f"watching {', '.join(str(a) for a in addrs)} for {duration:g} s (window: {spec.describe()})")
+    result = watch_live(addrs, duration, options=options, window=spec, connect_timeout_s=connect_timeout)
+    good, bad = [], []
+    for s in result.servers:  # labelled and keyed as DIR/server=HOST:PORT of --record: the same groups
+        label = server_folder(s.address)
+        member = Member(Path(str(s.address)), label, hive_keys([label]))
+        if s.trace is not None:
+            good.append((member, s.trace))
+        else:
+            bad.append((member, s.why_empty))
+    if not good:
+        why = "; ".join(f"{m.path}: {r}" for m, r in bad)
+        if result.interrupted:
+            warn(f"interrupted before any server gave a request to analyse ({why})")
+            return EXIT_INTERRUPTED
+        raise BadInput(f"nothing to analyse: {why}")
+    doc = analyze_keyed(good, bad=bad, **roofline.kwargs()).to_json()
+    for w in doc["warnings"]:
+        warn(w)
+    emit_json(doc)
+    if result.interrupted:
+        return EXIT_INTERRUPTED
+    refused = [s for s in result.servers if s.refused]
+    if refused:
+        raise BadInput(f"{refused[0].address}: refused: {refused[0].refused} (give the server's token with "
+                       f"--token or ${TOKEN_ENV})")
+    return 0
+
+
 def _record(addrs: list[Address], out: Path, duration: float, options: ClientOptions, force: bool,
             as_json: bool, metrics: tuple[str, float] | None = None) -> int:
-    from tracetool.live.headless import record_live
+    from tracetool.live.headless import SERVER_KEY, record_live
 
     warn(f"recording {', '.join(str(a) for a in addrs)} for {duration:g} s into {out}")
     beside = None
@@ -191,10 +244,14 @@ def _record(addrs: list[Address], out: Path, duration: float, options: ClientOpt
             return scrape_into_writer(writer, url, clock="scraper", interval_s=interval)
 
     result = record_live(addrs, out, duration, options=options, force=force, progress=warn, beside=beside)
+    several = len(addrs) > 1
+    if several:
+        warn(f"{out}: a dataset keyed by server: `tracetool analyze {out}` analyses it per server")
     if as_json:
         emit_json({"version": 1, "out": str(result.out), "seconds": round(result.elapsed_s, 3),
                    "interrupted": result.interrupted,
                    "servers": [{"address": str(s.address), "directory": str(s.directory),
+                                "keys": {SERVER_KEY: str(s.address)} if several else {},
                                 "connected": s.connected, "refused": s.refused, "reason": s.reason or None,
                                 "rows": s.rows, "dropped_rows": s.dropped, "reconnects": s.reconnects,
                                 "batches_missed": s.gaps} for s in result.servers]})

@@ -4,7 +4,12 @@ Each server's batches go straight into a :class:`~tracetool.writer.TraceWriter`
 (``append_batch``: they are already in the canonical schema), so the result
 is an ordinary trace that ``validate``, ``analyze`` and ``tui`` read. One
 address writes the trace in ``DIR``; several write one trace per server in
-``DIR/<host>_<port>/`` (a directory of traces).
+``DIR/server=HOST:PORT/``: a dataset (:mod:`tracetool.dataset`) whose ``server``
+key is the address, so ``tracetool analyze DIR`` groups it per server.
+
+:func:`watch_live` (``tracetool attach ADDR... --json --duration S``) watches
+instead of saving: after S seconds it hands back each server's sliding window
+(:class:`~tracetool.live.source.LiveSource`), and why a server has none.
 
 ``meta.json`` keeps the server's own fields (model, hardware, ...) and says
 where the trace came from: a note "recorded by tracetool attach from ADDR",
@@ -24,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,8 +37,9 @@ import pyarrow.compute as pc
 from tracetool.errors import BadInput, UsageError
 from tracetool.live.client import ClientOptions, ServerConnection
 from tracetool.live.protocol import Address
-from tracetool.live.window import valid_rows
+from tracetool.live.window import WindowSpec, valid_rows
 from tracetool.meta import check_meta, read_meta, write_meta
+from tracetool.reader import Trace
 from tracetool.writer import TraceWriter
 
 #: meta.json fields the writer of the copy owns (the server's values are not copied).
@@ -126,8 +133,11 @@ def record_live(addresses: Sequence[Address], out: Path, duration_s: float, *,
         raise UsageError(f"{out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise UsageError(f"{out}: exists and is not empty (use --force to replace the trace in it)")
+    repeated = _repeated(addresses)
+    if repeated is not None:
+        raise UsageError(f"ADDR {repeated} is given twice (its two recordings would share a directory)")
     opts = options or ClientOptions()
-    dirs = [out] if len(addresses) == 1 else [out / _dir_name(a) for a in addresses]
+    dirs = [out] if len(addresses) == 1 else [out / server_folder(a) for a in addresses]
     recs = [_Recorder(a, d, opts) for a, d in zip(addresses, dirs, strict=True)]
     for r in recs:
         r.writer.start()
@@ -249,8 +259,101 @@ def _summary(s: ServerRecording) -> str:
             f"{s.directory}{extra}")
 
 
-def _dir_name(a: Address) -> str:
-    return f"{a.host}_{a.port}".replace(":", "_").replace("/", "_")
+#: The dataset key a server's address is under (``DIR/server=HOST:PORT``, the live document's groups).
+SERVER_KEY = "server"
 
 
-__all__ = ["RecordResult", "ServerRecording", "record_live"]
+def server_folder(a: Address) -> str:
+    """``server=HOST:PORT``: the hive-style folder of one server's trace (and its label in a live
+    fleet's analysis). What a path cannot hold is percent-escaped (``%2F``), as
+    :func:`tracetool.dataset.hive_keys` decodes it, so the ``server`` key reads back as the address."""
+    return f"{SERVER_KEY}={quote(str(a), safe=':[]')}"
+
+
+def _repeated(addresses: Sequence[Address]) -> Address | None:
+    seen: set[Address] = set()
+    for a in addresses:
+        if a in seen:
+            return a
+        seen.add(a)
+    return None
+
+
+# -- watching: a live fleet's windows after S seconds ------------------------------------------
+
+@dataclass
+class WatchedServer:
+    """One server's window at the end of a watch, or why it has none."""
+
+    address: Address
+    trace: Trace | None
+    connected: bool
+    refused: str | None
+    reason: str
+    tokens: int
+
+    @property
+    def why_empty(self) -> str:
+        """Why there is nothing to analyse ("" when there is)."""
+        if self.trace is not None:
+            return ""
+        if self.refused:
+            return f"refused: {self.refused}"
+        if not self.connected:
+            return f"not reachable ({self.reason})" if self.reason else "no answer while watched"
+        return f"connected, but no request in the window ({self.tokens:,} tokens received)"
+
+
+@dataclass
+class WatchResult:
+    servers: list[WatchedServer]
+    window: WindowSpec
+    elapsed_s: float
+    interrupted: bool = False
+
+
+def watch_live(addresses: Sequence[Address], duration_s: float, *, options: ClientOptions | None = None,
+               window: WindowSpec | None = None, connect_timeout_s: float | None = None,
+               stop: threading.Event | None = None) -> WatchResult:
+    """Watch live servers for ``duration_s`` seconds (or until ``stop``, Ctrl-C or SIGTERM), then
+    take each one's window (the same :class:`~tracetool.live.window.ServerWindow` the viewer
+    analyses: last ``window.seconds`` of its clock, last ``window.requests`` requests).
+
+    With ``connect_timeout_s``, waits that long at most for every server's first answer, and a
+    refused token or a TLS mismatch is raised at once instead of watched for S seconds.
+
+    Raises:
+        UsageError: an address given twice.
+        BadInput: (with ``connect_timeout_s``) a server refused the token, or TLS failed.
+    """
+    from tracetool.live.source import LiveSource
+
+    repeated = _repeated(addresses)
+    if repeated is not None:
+        raise UsageError(f"ADDR {repeated} is given twice")
+    stop = stop or threading.Event()
+    source = LiveSource(addresses, options=options, window=window)
+    t0 = time.monotonic()
+    interrupted = False
+    try:
+        with _stop_on_sigterm(stop) as terminated:
+            try:
+                if connect_timeout_s is not None:
+                    source.wait_first(min(connect_timeout_s, duration_s))
+                stop.wait(max(0.0, duration_s - (time.monotonic() - t0)))
+            except KeyboardInterrupt:
+                interrupted = True
+            interrupted = interrupted or bool(terminated)
+        elapsed = time.monotonic() - t0
+        servers = []
+        for c, w in zip(source.connections, source.windows, strict=True):
+            w.dropped = c.dropped
+            servers.append(WatchedServer(c.address, w.trace(), c.connects > 0, c.refusal, c.reason,
+                                         w.tokens_total))
+    finally:
+        source.close()
+    return WatchResult(servers, source.spec, elapsed, interrupted)
+
+
+__all__ = ["SERVER_KEY", "RecordResult", "ServerRecording", "WatchResult", "WatchedServer", "record_live",
+           "server_folder", "watch_live"]
