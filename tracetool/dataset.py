@@ -126,10 +126,12 @@ def check_versions(members: Sequence[Member]) -> None:
         raise BadInput(f"the dataset mixes trace versions: {which}; convert them to one version first")
 
 
-def open_members(ds: Dataset, *, forgiving: bool | None = None, lazy: bool = False) -> Opened:
+def open_members(ds: Dataset, *, forgiving: bool | None = None, lazy: bool = False,
+                 strict: bool = False) -> Opened:
     """Read every member; in a tree (or when ``forgiving``), set unreadable ones aside.
 
-    ``lazy`` leaves canonical Parquet tables on disk (:func:`tracetool.reader.open_trace`).
+    ``lazy`` leaves canonical Parquet tables on disk, ``strict`` treats a cut stream tail as
+    an error (:func:`tracetool.reader.open_trace`).
 
     Raises:
         BadInput: mixed versions; or, outside the forgiving mode, the first unreadable trace;
@@ -141,7 +143,7 @@ def open_members(ds: Dataset, *, forgiving: bool | None = None, lazy: bool = Fal
     bad: list[tuple[Member, str]] = []
     for m in ds.members:
         try:
-            good.append((m, open_trace(m.path, lazy=lazy)))
+            good.append((m, open_trace(m.path, lazy=lazy, strict=strict)))
         except TracetoolError as e:
             if not forgive:
                 raise

@@ -5,9 +5,10 @@ only through a :class:`TraceSource`. It never asks whether the traces come
 from files or from a socket; it asks for a snapshot, shows the source's status
 line, and re-analyses on a timer when the source is live:
 
-* :class:`DirectorySource` (here): trace directories, or directories of traces,
-  read once. ``live`` is False, so the viewer analyses once (and again only
-  when the user asks for a reload).
+* :class:`DirectorySource` (here): trace directories, or datasets (directory
+  trees of traces, hive-style ``key=value`` folders grouping them), read once.
+  ``live`` is False, so the viewer analyses once (and again when the user asks
+  for a reload or picks another group of the dataset).
 * :class:`~tracetool.live.source.LiveSource` (``tracetool attach``, also
   importable from here; loaded only when asked for): ``live`` is True and
   ``refresh_s`` says how often to take a new snapshot; ``snapshot()`` returns
@@ -24,12 +25,14 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from tracetool.dataset import Dataset, Member, discover, group_keys, groups, open_members
 from tracetool.errors import BadInput
-from tracetool.reader import Trace, find_traces, open_trace
+from tracetool.reader import Trace
 
 
 @runtime_checkable
@@ -74,48 +77,162 @@ class TraceSource(Protocol):
         ...
 
 
+@runtime_checkable
+class GroupedSource(Protocol):
+    """A source whose traces fall into groups (a dataset's ``key=value`` folders).
+
+    The viewer asks for one group's traces with :meth:`labelled` and analyses them
+    alone; which group is shown is the viewer's state, not the source's, so a
+    snapshot being analysed never changes under the analysis.
+    """
+
+    def groups(self) -> list[TraceGroup]:
+        """The groups (empty: the traces are not grouped, and the viewer offers no picker)."""
+        ...
+
+    def labelled(self, group: str | None = None) -> list[tuple[str, Trace]]:
+        """(label, trace) of a group's traces, or of every trace (None)."""
+        ...
+
+    def describe(self, group: str | None) -> str:
+        """The header's words for a group (None: every trace), ``server=a · 3 traces``."""
+        ...
+
+
+@dataclass(frozen=True)
+class TraceGroup:
+    """The traces of a dataset that share the values of the ``--group-by`` keys.
+
+    Attributes:
+        name: the key values as the header and the picker show them, ``server=a`` or
+            ``server=a, hour=10`` (a trace without a key: ``server=(none)``); unique in a source.
+        keys: (key, value) in ``--group-by`` order; value None for a trace without the key.
+        labels: the labels of the group's traces, in path order (as ``analyze`` labels them).
+    """
+
+    name: str
+    keys: tuple[tuple[str, str | None], ...]
+    labels: tuple[str, ...]
+
+
 class DirectorySource:
-    """Trace directories (or directories of traces) read from disk.
+    """Trace directories, or datasets (directory trees of traces), read from disk.
 
     The traces are opened on the first :meth:`snapshot` (or :meth:`open`) and kept:
     files of a finished recording do not change. :meth:`reload` re-reads them,
     for a recording that was still being written.
 
+    A path that is a directory tree of traces is a dataset (:mod:`tracetool.dataset`):
+    its traces are labelled by their path under the tree (as ``tracetool analyze``
+    labels them), a trace that cannot be read is set aside with its reason
+    (:attr:`bad`, :attr:`warnings`) instead of failing the whole, and its
+    ``key=value`` folders group the traces (:meth:`groups`; ``group_by``, default
+    the outermost key, as ``analyze --group-by``). :meth:`labelled` gives one
+    group's traces, so a viewer can analyse a group alone.
+
     Args:
         paths: trace directories, or directories holding several traces.
         strict: treat a cut stream tail as an error (as ``tracetool validate`` does).
+        group_by: the dataset keys to group by (None: the outermost key, if any).
     """
 
     live = False
     refresh_s = 0.0
 
-    def __init__(self, paths: Iterable[str | os.PathLike[str]], *, strict: bool = False) -> None:
+    def __init__(self, paths: Iterable[str | os.PathLike[str]], *, strict: bool = False,
+                 group_by: Sequence[str] | None = None) -> None:
         self.paths: list[Path] = [Path(p) for p in paths]
         if not self.paths:
             raise BadInput("no trace given")
         self.strict = strict
+        self._group_by_asked = list(group_by) if group_by is not None else None
         self._lock = threading.Lock()
-        self._traces: list[Trace] | None = None
+        self._traces: list[tuple[str, Trace]] | None = None
         self._dirs: list[Path] | None = None
+        self._dataset: Dataset | None = None
+        self._group_by: list[str] = []
+        self._groups: list[TraceGroup] = []
+        self._bad: list[tuple[Member, str]] = []
 
     @property
     def label(self) -> str:
+        return self.describe(None)
+
+    def describe(self, group: str | None) -> str:
+        """The header's words for a group's traces (None: every trace): ``server=a · 3 traces``."""
         dirs = self._dirs
         if dirs is None:
             return self.paths[0].name if len(self.paths) == 1 else f"{len(self.paths)} paths"
-        return dirs[0].name if len(dirs) == 1 else f"{len(dirs)} traces"
+        if not self._groups:
+            return dirs[0].name if len(dirs) == 1 else f"{len(dirs)} traces"
+        n = len(dirs) if group is None else len(self._group(group).labels)
+        return f"{group or 'all'} · {n} trace{'s' if n != 1 else ''}"
 
     def open(self) -> list[Trace]:
-        """Read every trace now; raises :class:`BadInput` (or its ``TraceFormatError``) on a bad one."""
+        """Read every trace now.
+
+        Raises:
+            UsageError: a ``group_by`` key that no folder gives (before any trace is read).
+            BadInput: a path that does not exist, a named trace that cannot be read (its
+                ``TraceFormatError``), mixed versions, or no readable trace in a dataset.
+        """
         with self._lock:
             if self._traces is None:
-                dirs = find_traces(self.paths)
-                self._traces = [open_trace(d, strict=self.strict) for d in dirs]
-                self._dirs = dirs
-            return list(self._traces)
+                ds = discover(self.paths)
+                keys = group_keys(ds, self._group_by_asked)
+                opened = open_members(ds, strict=self.strict)
+                members = [m for m, _ in opened.traces]
+                labels = _unique([m.label for m in members])
+                self._traces = [(lab, t) for lab, (_, t) in zip(labels, opened.traces, strict=True)]
+                self._dirs = [m.path for m in members]
+                self._dataset, self._group_by, self._bad = ds, keys, opened.bad
+                relabelled = [Member(m.path, lab, m.keys) for m, lab in zip(members, labels, strict=True)]
+                self._groups = [
+                    TraceGroup(", ".join(f"{k}={'(none)' if v is None else v}" for k, v in vals.items()),
+                               tuple(vals.items()), tuple(m.label for m in ms))
+                    for vals, ms in (groups(relabelled, keys) if keys else [])]
+            return [t for _, t in self._traces]
 
     def snapshot(self) -> list[Trace]:
         return self.open()
+
+    def labelled(self, group: str | None = None) -> list[tuple[str, Trace]]:
+        """(label, trace) of a group's traces (None: every trace), reading them first if need be.
+
+        Raises:
+            BadInput: no such group.
+        """
+        self.open()
+        pairs = list(self._traces or [])
+        if group is None:
+            return pairs
+        wanted = set(self._group(group).labels)
+        return [(lab, t) for lab, t in pairs if lab in wanted]
+
+    def groups(self) -> list[TraceGroup]:
+        """The dataset's groups, in order of first appearance; empty when no folder gives a key."""
+        return list(self._groups)
+
+    @property
+    def keys(self) -> list[str]:
+        """Every key the dataset's folders give (outermost first); empty before :meth:`open`."""
+        return list(self._dataset.keys) if self._dataset is not None else []
+
+    @property
+    def group_by(self) -> list[str]:
+        """The keys the traces are grouped by (the outermost key unless asked otherwise)."""
+        return list(self._group_by)
+
+    @property
+    def bad(self) -> list[tuple[Path, str]]:
+        """The traces of a dataset set aside as unreadable, with the reason."""
+        return [(m.path, why) for m, why in self._bad]
+
+    def _group(self, name: str) -> TraceGroup:
+        for g in self._groups:
+            if g.name == name:
+                return g
+        raise BadInput(f"no group {name!r} in the dataset")
 
     def reload(self) -> list[Trace]:
         """Forget the traces read and read them again."""
@@ -124,16 +241,30 @@ class DirectorySource:
         return self.open()
 
     def status(self) -> str:
-        return "file"
+        n = len(self._bad)
+        return "file" if not n else f"file · {n} unreadable trace{'s' if n != 1 else ''} set aside"
 
     @property
     def warnings(self) -> list[str]:
-        """Reader warnings of the traces read so far (a cut stream, an unclosed recording)."""
-        return [w for t in (self._traces or []) for w in t.warnings]
+        """Reader warnings of the traces read so far (a cut stream, an unclosed recording), then one
+        line per trace of a dataset set aside (``analyze`` says the same)."""
+        return [*(w for _, t in (self._traces or []) for w in t.warnings),
+                *(f"{m.path}: skipped: {why}" for m, why in self._bad)]
 
     def close(self) -> None:
         with self._lock:
             self._traces = None
+
+
+def _unique(labels: Sequence[str]) -> list[str]:
+    """Labels made distinct the way ``analyze`` makes them: a repeat gets ``#2``, ``#3``."""
+    seen: dict[str, int] = {}
+    out = []
+    for lab in labels:
+        n = seen.get(lab, 0)
+        seen[lab] = n + 1
+        out.append(lab if n == 0 else f"{lab}#{n + 1}")
+    return out
 
 
 def __getattr__(name: str) -> object:
@@ -146,4 +277,4 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["DirectorySource", "TraceSource"]  # and LiveSource, lazily (__getattr__)
+__all__ = ["DirectorySource", "GroupedSource", "TraceGroup", "TraceSource"]  # and LiveSource, lazily (__getattr__)

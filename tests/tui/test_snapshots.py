@@ -102,3 +102,16 @@ def test_hypothesis_verdict(snap_compare: Any, make_app: Any, xregion: Path) -> 
         await settle(pilot)
 
     assert snap_compare(make_app(xregion), terminal_size=WIDE, run_before=run_before)
+
+
+def test_group_picker(snap_compare: Any, tmp_path: Path, chat: Path, xregion: Path) -> None:
+    """A dataset of the test traces: server=a picked and analysed, then the picker open again."""
+    import shutil
+
+    from tracetool.trace_source import DirectorySource
+    from tracetool.tui.app import TraceApp
+
+    for rel, src in (("server=a/chat", chat), ("server=a/xregion", xregion), ("server=b/xregion", xregion)):
+        shutil.copytree(src, tmp_path / "fleet" / rel)
+    app = TraceApp(DirectorySource([tmp_path / "fleet"]))
+    assert snap_compare(app, terminal_size=WIDE, run_before=_prepare("g", "down", "enter", "g"))

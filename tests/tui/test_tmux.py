@@ -82,3 +82,30 @@ def test_tui_bad_trace_in_a_real_terminal(tmux: Tmux, tmp_path: Path) -> None:
         time.sleep(0.1)
     assert status.read_text().strip() == "3"
     assert "Traceback" not in text and "tokens.arrows" in text
+
+
+def test_tui_group_picker_in_a_real_terminal(tmux: Tmux, tmp_path: Path) -> None:
+    """A two-server dataset: g opens the picker, the arrow keys and enter pick server=b, and the
+    header says so with that group's own request count."""
+    from tui_traces import two_servers
+
+    from analyzers.fleet import analyze_dataset
+
+    ds = two_servers(tmp_path / "fleet")
+    want = {tuple(g["group"].items()): g for g in analyze_dataset([ds]).to_json()["groups"]}[(("server", "b"),)]
+    status = tmp_path / "exit-status"
+    tmux.run("new-session", "-d", "-s", "tui", "-x", "120", "-y", "40",
+             f"{sys.executable} -m tracetool tui {ds}; echo $? > {status}; sleep 30")
+    tmux.wait_for(("all · 3 traces", "g Group"))
+    tmux.keys("g")
+    tmux.wait_for(("Pick a group", "server=a", "server=b", "2 traces"))
+    tmux.keys("Down", "Down", "Enter")
+    text = tmux.wait_for(lambda t: "server=b · 1 trace" in t.splitlines()[0]
+                         and f"{want['requests']} requests" in t.splitlines()[0] and "analysing" not in t)
+    assert "Pick a group" not in text
+    tmux.keys("q")
+    end = time.monotonic() + DEADLINE_S
+    while not status.exists() or not status.read_text().strip():
+        assert time.monotonic() < end, "tracetool tui did not exit on q"
+        time.sleep(0.1)
+    assert status.read_text().strip() == "0"

@@ -7,6 +7,7 @@
 * :func:`xregion_trace`: a cross-region link and four-token answers: the network
   (180 ms round trip) really is the problem. No gpu or stacks tables.
 * :func:`bad_trace`: a tokens file that is not Arrow.
+* :func:`two_servers`: a dataset, the sample traces copied under ``server=a/`` and ``server=b/``.
 
 Everything is deterministic: no clocks, no random numbers.
 """
@@ -14,11 +15,13 @@ Everything is deterministic: no clocks, no random numbers.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 MS = 1_000_000
 CLIENT_OFFSET = 9_000_000_000_000  # the client's clock is unrelated to the server's
 T0 = 1_000_000_000_000
@@ -175,3 +178,12 @@ def empty_trace(directory: Path) -> Path:
                                                  "start_ns": pa.array([], pa.int64()),
                                                  "end_ns": pa.array([], pa.int64()),
                                                  "clock": pa.array([], pa.string())})}, {})
+
+
+def two_servers(root: Path) -> Path:
+    """A dataset of two servers: server=a holds chat and network, server=b holds queueing (the
+    sample traces of sample_traces/, copied)."""
+    for server, names in (("a", ("chat", "network")), ("b", ("queueing",))):
+        for name in names:
+            shutil.copytree(SAMPLES / name, root / f"server={server}" / name)
+    return root

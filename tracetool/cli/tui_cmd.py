@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from tracetool.cli.common import Roofline, roofline_options
+from tracetool.cli.common import Roofline, roofline_options, warn
 from tracetool.errors import UsageError
 
 
@@ -29,29 +29,38 @@ from tracetool.errors import UsageError
 @roofline_options
 @click.option("--theme", type=click.Choice(["dark", "light"]), default="dark", show_default=True,
               help="Colour theme (T toggles it in the app).")
+@click.option("--group-by", "group_by", metavar="KEY,...",
+              help="Dataset keys (key=value folder names) whose groups g picks from; default: the outermost key.")
 @click.option("--timings", type=click.Path(path_type=Path), hidden=True,
               help="Write start-up phase times as JSON at first paint (benchmarks/bench_tui.py).")
-def tui(traces: tuple[Path, ...], roofline: Roofline, theme: str, timings: Path | None) -> int:
+def tui(traces: tuple[Path, ...], roofline: Roofline, theme: str, group_by: str | None,
+        timings: Path | None) -> int:
     """Browse where the time went in TRACES, and which story about it is wrong.
 
-    TRACES are trace directories, or directories of traces (several are shown
-    together and one by one: t switches). Screens: 1 Overview (the e2e
+    TRACES are trace directories, or datasets: directory trees of traces (several
+    are shown together and one by one: t switches). A dataset's key=value folder
+    names (server=a/hour=10/) group its traces: g picks a group (--group-by,
+    default the outermost key) and every screen shows that group's traces; its
+    unreadable traces are set aside with a warning. Screens: 1 Overview (the e2e
     waterfall, TTFT/ITL/TPOT/e2e percentiles, the bottleneck, the Diagnosis of
     the usual suspects), 2 Decode (ITL over token index and against kv_len with
     the fit and the roofline, per-request vs aggregate tok/s), 3 GPU/CPU (NVML
     and py-spy over time), 4 Requests (sortable; Enter opens one), 5 SQL (a
     read-only DuckDB console over the trace and the analyzer views). h tests a
     hypothesis ("it's the network"), ? shows every key, q quits (exit 0).
-    Needs a terminal. Exit 3 when a trace cannot be read or analysed, 2 for an
-    unknown preset.
+    Needs a terminal. Exit 3 when a trace cannot be read or analysed (a dataset:
+    when none can), 2 for an unknown preset or --group-by key.
     """
     marks: dict[str, float] = {"cli": time.time()}
     from tracetool.trace_source import DirectorySource
     from tracetool.tui import launch
     from tracetool.tui.model import AnalysisOptions, analyse
 
-    source = DirectorySource(traces)
-    source.open()  # a trace that cannot be read fails here, before anything is drawn
+    keys = None if group_by is None else [k.strip() for k in group_by.split(",") if k.strip()]
+    source = DirectorySource(traces, group_by=keys)
+    source.open()  # an unknown key, or a trace that cannot be read, fails here, before anything is drawn
+    for w in source.warnings:  # also shown in the app; here they outlive it, as analyze's do
+        warn(w)
     marks["read"] = time.time()
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
         raise UsageError("tracetool tui needs an interactive terminal (stdin and stderr must be a TTY); "

@@ -38,9 +38,10 @@ from textual.reactive import var
 from textual.worker import get_current_worker
 
 from tracetool.errors import TracetoolError
-from tracetool.trace_source import TraceSource
+from tracetool.trace_source import GroupedSource, TraceSource
 from tracetool.tui.model import ALL, AnalysisOptions, Sessions, Snapshot, View, analyse
 from tracetool.tui.screens.decode import DecodeScreen
+from tracetool.tui.screens.groups import GroupRow, GroupScreen
 from tracetool.tui.screens.help import HelpScreen
 from tracetool.tui.screens.hypothesis import HypothesisScreen
 from tracetool.tui.screens.overview import OverviewScreen
@@ -67,6 +68,7 @@ class TraceApp(App[int]):
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("h", "hypothesis", "Test a story"),
         Binding("t", "next_trace", "Trace"),
+        Binding("g", "pick_group", "Group"),  # datasets with key=value folders, live servers (check_action)
         Binding("r", "reload", "Reload"),
         Binding("T", "toggle_theme", "Theme", key_display="T"),
         Binding("w", "window", "Window"),  # live sources only (check_action)
@@ -90,6 +92,8 @@ class TraceApp(App[int]):
     snapshot: var[Snapshot | None] = var(None)
     #: The label of the view shown ("all" or a trace), None for the first one.
     selected: var[str | None] = var(None)
+    #: The dataset group analysed (``server=a``), None for every trace (``g`` picks it).
+    group: var[str | None] = var(None)
     busy: var[bool] = var(False)
     error_line: var[str] = var("")
     status_line: var[str] = var("")
@@ -143,10 +147,15 @@ class TraceApp(App[int]):
         self._switch_interval: float | None = None  # Python's, while a live source lowers it
         #: a live view's analyzer connections, reused from tick to tick (tui.model.Sessions)
         self._sessions = Sessions(keep=self.LIVE_PIPELINE) if source.live else None
+        #: group name (or "all") -> (requests, bottleneck) of its last analysis, for the picker
+        self._group_stats: dict[str, tuple[int | None, str | None]] = {}
+        self._can_group = False
+        self._warned: set[str] = set()
 
     # -- analysis ---------------------------------------------------------------------------
     def on_mount(self) -> None:
         self.status_line = self.source.status()
+        self._say_warnings()
         if isinstance(self._initial, Snapshot):
             self.snapshot = self._initial
         elif isinstance(self._initial, Future):
@@ -182,7 +191,7 @@ class TraceApp(App[int]):
         self._generation += 1
         if not self.source.live or self.snapshot is None:
             self.busy = True
-        self._analyse(self._generation, reload)
+        self._analyse(self._generation, reload, self.group)
 
     @work(thread=True, exclusive=True, group="analysis", exit_on_error=False)
     def _await_first(self, first: Future[Any]) -> None:
@@ -197,7 +206,7 @@ class TraceApp(App[int]):
         self.post_message(self.AnalysisReady(snap, _status(self.source)))
 
     @work(thread=True, exclusive=False, group="analysis", exit_on_error=False)
-    def _analyse(self, generation: int, reload: bool) -> None:
+    def _analyse(self, generation: int, reload: bool, group: str | None) -> None:
         worker = get_current_worker()
         try:
             if reload:
@@ -205,7 +214,7 @@ class TraceApp(App[int]):
                 if callable(again):
                     again()
             only = (self.selected or ALL) if self.source.live else None
-            snap = analyse(self.source, self.options, generation, only=only, sessions=self._sessions)
+            snap = analyse(self.source, self.options, generation, only=only, sessions=self._sessions, group=group)
         except TracetoolError as e:
             self.post_message(self.AnalysisFailed(str(e), _status(self.source), e))
             return
@@ -215,8 +224,18 @@ class TraceApp(App[int]):
         if not worker.is_cancelled:
             self.post_message(self.AnalysisReady(snap, _status(self.source)))
 
+    def _say_warnings(self) -> None:
+        """A dataset's traces set aside as unreadable, and readers' warnings: each said once, in a
+        notice (as ``analyze`` says them on stderr); the status line keeps the count."""
+        for w in getattr(self.source, "warnings", None) or []:
+            if w not in self._warned:
+                self._warned.add(w)
+                self.notify(w, title="warning", severity="warning", timeout=10)
+
     def on_trace_app_analysis_ready(self, message: AnalysisReady) -> None:
         self._finished()
+        if not self.source.live:
+            self._say_warnings()
         self.status_line = message.status
         self.error_line = ""
         shown = self.snapshot
@@ -224,6 +243,10 @@ class TraceApp(App[int]):
             if self.selected is not None and self.selected not in message.snapshot.labels:
                 self.selected = None
             self.snapshot = message.snapshot
+            self._remember(message.snapshot)
+        if self._group_choices() != self._can_group:  # the footer offers g once there is a choice
+            self._can_group = not self._can_group
+            self.refresh_bindings()
 
     def on_trace_app_analysis_failed(self, message: AnalysisFailed) -> None:
         if self.snapshot is None and not self.source.live and message.exc is not None:
@@ -254,6 +277,63 @@ class TraceApp(App[int]):
         if self._timings_path is not None:
             self._timings_path.write_text(json.dumps(self.timings))
         self.post_message(self.OverviewReady())
+
+    # -- groups -----------------------------------------------------------------------------
+    def _group_choices(self) -> bool:
+        """Whether ``g`` has anything to offer: a dataset's groups, or several live servers."""
+        if isinstance(self.source, GroupedSource):
+            return bool(self.source.groups())
+        return self.source.live and self.snapshot is not None and len(self.snapshot.labels) > 1
+
+    def _remember(self, snap: Snapshot) -> None:
+        """Keep what the picker shows of each group analysed: its requests and bottleneck."""
+        def stats(view: View) -> tuple[int | None, str | None]:
+            return view.doc.get("requests"), view.doc.get("bottleneck")
+
+        if not isinstance(self.source, GroupedSource):  # live: a group is a server, a view
+            for label, view in snap.views.items():
+                self._group_stats[label] = stats(view)
+            return
+        self._group_stats[snap.group or ALL] = stats(snap.view(ALL))
+        for g in self.source.groups():  # a group of one trace is that trace's view, analysed already
+            if len(g.labels) == 1 and g.labels[0] in snap.views:
+                self._group_stats[g.name] = stats(snap.views[g.labels[0]])
+
+    def group_rows(self) -> list[GroupRow]:
+        """The picker's rows: ``all``, then each group (a live source: each server)."""
+        def row(name: str, traces: int) -> GroupRow:
+            requests, bottleneck = self._group_stats.get(name, (None, None))
+            return GroupRow(name, traces, requests, bottleneck)
+
+        if isinstance(self.source, GroupedSource):
+            groups = self.source.groups()
+            return [row(ALL, sum(len(g.labels) for g in groups)),
+                    *(row(g.name, len(g.labels)) for g in groups)]
+        labels = self.snapshot.labels if self.snapshot is not None else []
+        return [row(ALL, len(labels) - 1), *(row(lab, 1) for lab in labels if lab != ALL)]
+
+    def action_pick_group(self) -> None:
+        if not self._group_choices() or isinstance(self.screen, GroupScreen):
+            return
+        if isinstance(self.source, GroupedSource):
+            current, by = self.group or ALL, getattr(self.source, "group_by", [])
+        else:
+            current, by = self.selected or ALL, ["server"]
+        self.push_screen(GroupScreen(self.group_rows(), current, by), self._group_picked)
+
+    def _group_picked(self, name: str | None) -> None:
+        if name is None:
+            return
+        if not isinstance(self.source, GroupedSource):  # live: a server is a view of the snapshot
+            self.selected = None if name == ALL else name
+            self.request_analysis()
+            return
+        group = None if name == ALL else name
+        if group == self.group:
+            return
+        self.group = group
+        self.selected = None
+        self.request_analysis()
 
     # -- actions ----------------------------------------------------------------------------
     def action_help(self) -> None:
@@ -287,6 +367,8 @@ class TraceApp(App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "window":  # sliding-window control: shown for live sources only
             return callable(getattr(self.source, "cycle_window", None))
+        if action == "pick_group":  # a dataset with key=value folders, or several live servers
+            return self._group_choices()
         return super().check_action(action, parameters)
 
     def action_window(self) -> None:

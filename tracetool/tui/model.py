@@ -69,6 +69,7 @@ class Snapshot:
         timings: phase -> seconds (``snapshot``, ``analyze``, ``json``).
         choices: every view the source offers (``"all"`` and each trace), analysed or not: a
             live snapshot analyses only the view shown (see :func:`analyse`).
+        group: the dataset group analysed (its name, ``server=a``), None for every trace.
     """
 
     views: dict[str, View]
@@ -78,6 +79,7 @@ class Snapshot:
     elapsed_s: float
     timings: dict[str, float] = field(default_factory=dict)
     choices: list[str] | None = None
+    group: str | None = None
 
     @property
     def labels(self) -> list[str]:
@@ -149,7 +151,8 @@ class Sessions:
 
 
 def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
-            only: str | None = None, sessions: Sessions | None = None) -> Snapshot | None:
+            only: str | None = None, sessions: Sessions | None = None,
+            group: str | None = None) -> Snapshot | None:
     """Take a snapshot of ``source`` and analyse it; None when a live source has no data yet.
 
     ``only``: with several traces, analyse just this view (``"all"`` or a trace label; None:
@@ -163,7 +166,17 @@ def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
         UsageError: an unknown ``--model`` or ``--gpu`` preset.
     """
     t0 = time.perf_counter()
-    traces = source.snapshot()
+    # a dataset source labels its traces by their path under the dataset (as analyze does) and
+    # can give one group's traces; any other source gives a snapshot of every trace
+    from tracetool.trace_source import GroupedSource
+
+    labels: list[str] | None = None
+    if isinstance(source, GroupedSource):
+        pairs = source.labelled(group)
+        traces, labels = [t for _, t in pairs], [lab for lab, _ in pairs]
+        source_label = source.describe(group)
+    else:
+        traces, source_label = source.snapshot(), source.label
     status = source.status()
     if not traces:
         return None
@@ -179,26 +192,26 @@ def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
         if only is not None and len(traces) > 1:
             from analyzers.connection import labels_for
 
-            labels = labels_for(traces)
+            labels = labels or labels_for(traces)
             choices = [ALL, *labels]
             if only in labels:
                 a = analyzers.analyze(traces[labels.index(only)], session=session, **kw)
                 a.label = only  # alone, labels_for would drop a '#2' the combined list gives
             else:
-                a = analyzers.analyze(traces, per_trace=False, session=session, **kw)
+                a = analyzers.analyze(traces, per_trace=False, session=session, labels=labels, **kw)
             t2 = time.perf_counter()
             views[a.label] = View(a.label, a, a.to_json(), lock=a._lock)
         else:
-            a = analyzers.analyze(traces, session=session, **kw)  # used when it is one analysis
+            a = analyzers.analyze(traces, session=session, labels=labels, **kw)  # one analysis: reused
             t2 = time.perf_counter()
             if len(a.traces) > 1:
                 views[ALL] = View(ALL, a, a.to_json(), lock=a._lock)
             for t in a.traces:  # one trace: a.traces == [a], a single view
                 views[t.label] = View(t.label, t, t.to_json(), lock=t._lock)
     t3 = time.perf_counter()
-    return Snapshot(views=views, generation=generation, status=status, source_label=source.label,
+    return Snapshot(views=views, generation=generation, status=status, source_label=source_label,
                     elapsed_s=t3 - t0, timings={"snapshot": t1 - t0, "analyze": t2 - t1, "json": t3 - t2},
-                    choices=choices)
+                    choices=choices, group=group)
 
 
 __all__ = ["ALL", "AnalysisOptions", "Sessions", "Snapshot", "View", "analyse", "story_keys"]

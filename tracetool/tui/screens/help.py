@@ -15,6 +15,7 @@ KEYS = (
     ("1 2 3 4 5", "Overview, Decode, GPU/CPU, Requests, SQL"),
     ("h", "test a hypothesis: pick a story, get the analyzer's verdict with numbers"),
     ("t", "next trace: all traces together, then each one (several traces or servers)"),
+    ("g", "pick a dataset's group (server=a…; t then steps within it), or a live server"),
     ("r", "reload: read the trace again and re-analyse"),
     ("T", "dark / light theme"),
     ("e f i n b", "Requests: sort by e2e, TTFT, ITL p50, tokens, bottleneck (again: reverse)"),
