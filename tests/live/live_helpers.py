@@ -9,6 +9,7 @@ callbacks signal (:class:`Received`), with deadlines generous for a loaded
 from __future__ import annotations
 
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -37,6 +38,17 @@ def wait_until(test: Callable[[], bool], what: str, deadline: float = DEADLINE_S
         if time.monotonic() > end:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
+
+
+def stop_process(p: subprocess.Popen[str], sig: int) -> tuple[str, str]:
+    """Send ``sig`` to a running ``tracetool`` child and collect its (stdout, stderr); kill it if it hangs."""
+    try:
+        p.send_signal(sig)
+        return p.communicate(timeout=DEADLINE_S)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 class Received:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from live_helpers import DEADLINE_S, Traffic, free_port, produce, wait_until
+from live_helpers import Traffic, free_port, produce, stop_process, wait_until
 
 from collectors.recorder import Recorder
 from tracetool.live.config import LiveConfig
@@ -115,16 +115,10 @@ def test_sigterm_ends_a_recording_saved_like_ctrl_c(live_recorder: Callable[...,
         p = subprocess.Popen([sys.executable, "-m", "tracetool", "attach", str(rec.live.address), "--record",
                               str(out), "--duration", "600", "--json"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            wait_until(lambda: (out / "tokens.arrows").exists(), "the recording's tokens file")
-            time.sleep(1.5)  # the history and some live rows arrive
-            t0 = time.monotonic()
-            p.send_signal(signal.SIGTERM)
-            stdout, stderr = p.communicate(timeout=DEADLINE_S)
-        finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        wait_until(lambda: (out / "tokens.arrows").exists(), "the recording's tokens file")
+        time.sleep(1.5)  # the history and some live rows arrive
+        t0 = time.monotonic()
+        stdout, stderr = stop_process(p, signal.SIGTERM)
     assert time.monotonic() - t0 < 30, "SIGTERM did not end the recording promptly"
     assert p.returncode == 130, stderr
     assert "Traceback" not in stderr

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from live_helpers import DEADLINE_S, Traffic, free_port, produce, wait_until
+from live_helpers import Traffic, free_port, produce, stop_process, wait_until
 
 from collectors.recorder import Recorder
 from tracetool.dataset import hive_keys
@@ -167,15 +167,9 @@ def test_ctrl_c_prints_what_was_watched_and_exits_130(live_recorder: Callable[..
     produce(rec, 3, 5, prefix="before")
     p = subprocess.Popen([sys.executable, "-m", "tracetool", "attach", str(rec.live.address), "--json",
                           "--duration", "600"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_until(lambda: rec.live.stats()["viewers_served"] >= 1, "the viewer's connection")
-        time.sleep(1.0)  # its history arrives
-        p.send_signal(signal.SIGINT)
-        stdout, stderr = p.communicate(timeout=DEADLINE_S)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    wait_until(lambda: rec.live.stats()["viewers_served"] >= 1, "the viewer's connection")
+    time.sleep(1.0)  # its history arrives
+    stdout, stderr = stop_process(p, signal.SIGINT)
     assert p.returncode == 130, stderr
     assert "Traceback" not in stderr
     doc = json.loads(stdout)

@@ -12,7 +12,7 @@ windows in ``analyze --json``'s dataset shape (:func:`analyzers.fleet.analyze_ke
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -220,9 +220,14 @@ def _fleet_json(addrs: list[Address], duration: float, options: ClientOptions, s
     for w in doc["warnings"]:
         warn(w)
     emit_json(doc)
-    if result.interrupted:
+    return _ended(result.interrupted, result.servers)
+
+
+def _ended(interrupted: bool, servers: Sequence[Any]) -> int:
+    """The exit of a headless attach: 130 if interrupted, bad input if a server refused the token, else 0."""
+    if interrupted:
         return EXIT_INTERRUPTED
-    refused = [s for s in result.servers if s.refused]
+    refused = [s for s in servers if s.refused]
     if refused:
         raise BadInput(f"{refused[0].address}: refused: {refused[0].refused} (give the server's token with "
                        f"--token or ${TOKEN_ENV})")
@@ -255,12 +260,8 @@ def _record(addrs: list[Address], out: Path, duration: float, options: ClientOpt
                                 "connected": s.connected, "refused": s.refused, "reason": s.reason or None,
                                 "rows": s.rows, "dropped_rows": s.dropped, "reconnects": s.reconnects,
                                 "batches_missed": s.gaps} for s in result.servers]})
-    if result.interrupted:
-        return EXIT_INTERRUPTED
-    refused = [s for s in result.servers if s.refused]
-    if refused:
-        raise BadInput(f"{refused[0].address}: refused: {refused[0].refused} (give the server's token with "
-                       f"--token or ${TOKEN_ENV})")
+    if code := _ended(result.interrupted, result.servers):
+        return code
     missing = [s for s in result.servers if not s.connected]
     if missing:
         raise BadInput(f"{missing[0].address}: nothing recorded ({missing[0].reason or 'not reachable'})")
