@@ -58,7 +58,9 @@ def test_added_rtt_is_attributed_to_network(server: Server, tmp_path: Path) -> N
     d = span_durations(open_trace(tmp_path / "direct"))
     share = sum(direct.values()) / sum(v["client.request"] / 1e6 for v in d.values())
     assert share < 0.25, f"loopback network share {share:.1%}"
-    assert statistics.mean(direct.values()) < 0.1 * RTT_MS, direct
+    # the median: one request whose event loop waited for a core (90 ms and 38 ms beside 3-5 ms were
+    # seen on a loaded two-core machine) must not pass for network, while an RTT on every request would
+    assert statistics.median(direct.values()) < 0.1 * RTT_MS, direct
     # through the proxy: the added RTT shows up as network, within 20 %
     assert abs(statistics.mean(slow.values()) - RTT_MS) <= 0.2 * RTT_MS, slow
     assert all(v >= 0.8 * RTT_MS for v in slow.values())
