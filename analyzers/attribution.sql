@@ -5,7 +5,15 @@
 -- waited in the load client after its intended send time), else server.request, else (an
 -- extension for in-process traces without request spans, e.g. Hugging Face
 -- generate) the extent of the request's server-clock spans and tokens.
--- network = client.request - server.request when both exist, else not measured.
+-- network = client.request - server.request when both exist and server.request covers the
+-- whole HTTP request (requests.server_scope 'server', the default), else not measured. Where
+-- server.request is only the engine's span (server_scope 'engine': vLLM's llm_request starts at
+-- the engine's arrival, after HTTP handling, the chat template and tokenization, and ends before
+-- detokenization and streaming), that difference holds the network AND the server's frontend:
+-- network is then what the client measured as network, one round trip (the trace's median TCP
+-- handshake) plus the request's own handshakes (client.connect, client.tls), never more than the
+-- difference, and frontend is the rest. Without a timed handshake the two are not split (both
+-- null; the difference is kept as outside_ms).
 -- client_queue = the sum of client.queue spans (client clock); null without them.
 -- Each phase = the sum of its spans' durations; a phase without spans is not
 -- measured for that request (null), which differs from a measured zero.
@@ -20,8 +28,9 @@
 -- The components of the rule in the order a request passes through them, the one list of them
 -- here (tracetool.schema.COMPONENTS; tests/analyzers/test_sql_attribution.py keeps the two equal).
 CREATE OR REPLACE TEMP TABLE _attribution_components AS
-SELECT * FROM (VALUES (0, 'client_queue'), (1, 'network'), (2, 'queue'), (3, 'tokenize'), (4, 'preprocess'),
-    (5, 'prefill'), (6, 'decode'), (7, 'detokenize'), (8, 'postprocess'), (9, 'other')) AS v(ordinal, component);
+SELECT * FROM (VALUES (0, 'client_queue'), (1, 'network'), (2, 'frontend'), (3, 'queue'), (4, 'tokenize'),
+    (5, 'preprocess'), (6, 'prefill'), (7, 'decode'), (8, 'detokenize'), (9, 'postprocess'), (10, 'other'))
+    AS v(ordinal, component);
 
 -- @view attribution_spans
 -- Span durations per request and name group: the raw material of the rule.
@@ -40,6 +49,7 @@ SELECT * FROM (VALUES (0, 'client_queue'), (1, 'network'), (2, 'queue'), (3, 'to
 -- @column decode_ns: Sum of decode span durations, nanoseconds.
 -- @column detokenize_ns: Sum of detokenize span durations, nanoseconds.
 -- @column postprocess_ns: Sum of postprocess span durations, nanoseconds.
+-- @column handshake_ns: Sum of the request's client.connect and client.tls durations: the TCP and TLS handshakes it opened, nanoseconds (client clock); null without them.
 -- @column first_server_ns: Earliest start of any server-clock span, nanoseconds.
 -- @column last_server_ns: Latest end of any server-clock span, nanoseconds.
 -- @column other_spans: Spans with names outside the standard ones (count); their time falls in other.
@@ -60,6 +70,7 @@ SELECT
     sum(end_ns - start_ns) FILTER (WHERE name = 'decode')::BIGINT AS decode_ns,
     sum(end_ns - start_ns) FILTER (WHERE name = 'detokenize')::BIGINT AS detokenize_ns,
     sum(end_ns - start_ns) FILTER (WHERE name = 'postprocess')::BIGINT AS postprocess_ns,
+    sum(end_ns - start_ns) FILTER (WHERE name IN ('client.connect', 'client.tls'))::BIGINT AS handshake_ns,
     min(start_ns) FILTER (WHERE clock = 'server') AS first_server_ns,
     max(end_ns) FILTER (WHERE clock = 'server') AS last_server_ns,
     count(*) FILTER (WHERE name NOT IN ('client.request', 'client.queue', 'server.request', 'queue', 'tokenize',
@@ -67,6 +78,11 @@ SELECT
 FROM spans
 WHERE request_id <> ''
 GROUP BY trace, request_id;
+
+-- One round trip per trace: the median TCP handshake the client timed (network.sql reports it).
+CREATE OR REPLACE TEMP TABLE _attribution_rtt AS
+SELECT trace, median(end_ns - start_ns)::BIGINT AS rtt_ns
+FROM spans WHERE name = 'client.connect' GROUP BY trace;
 
 -- attribution_requests without its bottleneck column (below).
 CREATE OR REPLACE TEMP TABLE _attribution_base AS
@@ -78,6 +94,7 @@ WITH ids AS (
 info AS (
     SELECT trace, request_id,
            bool_or(status = 'error') AS failed,
+           coalesce(bool_or(server_scope = 'engine'), false) AS engine_scope,
            max(prompt_tokens) AS prompt_tokens,
            max(output_tokens) AS output_tokens
     FROM requests GROUP BY trace, request_id
@@ -85,6 +102,7 @@ info AS (
 j AS (
     SELECT
         ids.trace, ids.request_id, s.* EXCLUDE (trace, request_id), t.* EXCLUDE (trace, request_id, failed), i.failed, i.prompt_tokens AS info_prompt,
+        coalesce(i.engine_scope, false) AS engine_scope, rt.rtt_ns,
         i.output_tokens AS info_output,
         least(s.first_server_ns, t.min_emit_ns) AS start_ns,
         greatest(s.last_server_ns, t.max_emit_ns) AS end_ns,
@@ -95,6 +113,7 @@ j AS (
     LEFT JOIN attribution_spans AS s USING (trace, request_id)
     LEFT JOIN tokens_requests AS t USING (trace, request_id)
     LEFT JOIN info AS i USING (trace, request_id)
+    LEFT JOIN _attribution_rtt AS rt USING (trace)
 ),
 r AS (
     SELECT
@@ -119,7 +138,15 @@ c AS (
         trace, request_id, request_key, NOT coalesce(failed, false) AS ok,
         _e2e_ns / 1e6 AS e2e_ms, e2e_source,
         client_queue_ns / 1e6 AS client_queue_ms,
-        (client_ns - server_ns) / 1e6 AS network_ms,
+        -- the whole difference where server.request is the server's; where it is the engine's, the
+        -- round trip and handshakes the client timed, within the difference (see the header)
+        CASE WHEN NOT engine_scope THEN (client_ns - server_ns) / 1e6
+             WHEN rtt_ns IS NOT NULL THEN greatest(least(client_ns - server_ns, rtt_ns + coalesce(handshake_ns, 0)), 0) / 1e6
+        END AS network_ms,
+        CASE WHEN engine_scope AND rtt_ns IS NOT NULL THEN
+            (client_ns - server_ns - greatest(least(client_ns - server_ns, rtt_ns + coalesce(handshake_ns, 0)), 0)) / 1e6
+        END AS frontend_ms,
+        CASE WHEN engine_scope THEN (client_ns - server_ns) / 1e6 END AS outside_ms,
         queue_ns / 1e6 AS queue_ms, tokenize_ns / 1e6 AS tokenize_ms,
         preprocess_ns / 1e6 AS preprocess_ms, prefill_ns / 1e6 AS prefill_ms,
         decode_ns / 1e6 AS decode_ms, detokenize_ns / 1e6 AS detokenize_ms,
@@ -151,18 +178,19 @@ FROM c;
 CREATE OR REPLACE TEMP TABLE _attribution_long AS
 SELECT trace, request_id, ok, e2e_ms, 0 AS ordinal, client_queue_ms AS ms FROM _attribution_base
 UNION ALL SELECT trace, request_id, ok, e2e_ms, 1, network_ms FROM _attribution_base
-UNION ALL SELECT trace, request_id, ok, e2e_ms, 2, queue_ms FROM _attribution_base
-UNION ALL SELECT trace, request_id, ok, e2e_ms, 3, tokenize_ms FROM _attribution_base
-UNION ALL SELECT trace, request_id, ok, e2e_ms, 4, preprocess_ms FROM _attribution_base
-UNION ALL SELECT trace, request_id, ok, e2e_ms, 5, prefill_ms FROM _attribution_base
-UNION ALL SELECT trace, request_id, ok, e2e_ms, 6, decode_ms FROM _attribution_base
-UNION ALL SELECT trace, request_id, ok, e2e_ms, 7, detokenize_ms FROM _attribution_base
-UNION ALL SELECT trace, request_id, ok, e2e_ms, 8, postprocess_ms FROM _attribution_base
-UNION ALL SELECT trace, request_id, ok, e2e_ms, 9, other_ms FROM _attribution_base;
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 2, frontend_ms FROM _attribution_base
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 3, queue_ms FROM _attribution_base
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 4, tokenize_ms FROM _attribution_base
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 5, preprocess_ms FROM _attribution_base
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 6, prefill_ms FROM _attribution_base
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 7, decode_ms FROM _attribution_base
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 8, detokenize_ms FROM _attribution_base
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 9, postprocess_ms FROM _attribution_base
+UNION ALL SELECT trace, request_id, ok, e2e_ms, 10, other_ms FROM _attribution_base;
 
 
 -- @table attribution_requests
--- One row per request seen in spans, tokens or requests: e2e, the ten
+-- One row per request seen in spans, tokens or requests: e2e, the eleven
 -- components (null = not measured), TTFT, TPOT and token counts.
 -- @column trace: Trace label.
 -- @column request_id: Request id.
@@ -171,7 +199,9 @@ UNION ALL SELECT trace, request_id, ok, e2e_ms, 9, other_ms FROM _attribution_ba
 -- @column e2e_ms: End-to-end latency, milliseconds (null when no span gives one); from the intended send time when the client recorded client.queue.
 -- @column e2e_source: Where e2e comes from: 'client' (client.request), 'server' (server.request) or 'extent' (first to last server-clock event).
 -- @column client_queue_ms: Time waiting in the load client after the intended send time (client.queue spans), milliseconds; null when the request has none.
--- @column network_ms: client.request minus server.request, milliseconds; null when not both exist.
+-- @column network_ms: Network time, milliseconds: client.request minus server.request where server.request is the server's; where it is the engine's (server_scope 'engine'), one round trip (the trace's median TCP handshake) plus the request's own handshakes, at most that difference; null when not both exist or, for an engine's span, without a timed handshake.
+-- @column frontend_ms: Time the server spent outside its engine's span (HTTP, chat template, tokenization before the engine, detokenization and streaming after), milliseconds: client.request minus the engine's span minus network_ms; null unless server_scope is 'engine' and a handshake was timed.
+-- @column outside_ms: client.request minus the engine's span (network plus frontend, not split), milliseconds; null unless server_scope is 'engine'.
 -- @column queue_ms: Time in queue spans, milliseconds; null when the request has none.
 -- @column tokenize_ms: Time in tokenize spans, milliseconds; null when none.
 -- @column preprocess_ms: Time in preprocess spans, milliseconds; null when none.
@@ -206,7 +236,7 @@ LEFT JOIN (
 LEFT JOIN _attribution_components AS n ON n.ordinal = top.ordinal;
 
 -- @table attribution_components
--- The ten components over all successful requests: mean time where measured
+-- The eleven components over all successful requests: mean time where measured
 -- and share of the summed e2e. The share is the component's sum over requests
 -- divided by the sum of e2e (docs/trace-format.md); measured is false, and
 -- share null, when no request measured the component.

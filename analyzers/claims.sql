@@ -17,6 +17,7 @@
 CREATE OR REPLACE TEMP TABLE claims_catalogue AS
 SELECT * FROM (VALUES
     ('network', 'network', 'It''s the network RTT.'),
+    ('frontend', 'frontend', 'It''s the server''s frontend (HTTP handling, chat template, streaming).'),
     ('queue', 'queue', 'It''s queueing: the server is overloaded.'),
     ('tokenize', 'tokenize', 'It''s tokenizer overhead.'),
     ('preprocess', 'preprocess', 'It''s pre-processing (retrieval, templating, guardrails).'),
@@ -37,7 +38,7 @@ SELECT * FROM (VALUES
 -- @column component: The component the verdict is about.
 -- @column verdict: 'supported', 'contributing', 'misdiagnosis' or 'unmeasured'.
 -- @column share: The component's share of e2e, 0..1 (null when not measured).
--- @column basis: What the verdict rests on: 'measured' (the component's share), 'rtt-bound' (network from the client's TCP handshakes, see network_evidence), 'engine-metrics' (a server component no span measured, from the engine's scraped time histogram over the window: module engine), 'roofline', 'decode-time', or 'none' (unmeasured).
+-- @column basis: What the verdict rests on: 'measured' (the component's share), 'rtt-split' (network measured as the round trips the client's TCP handshakes timed, the rest of the gap to the engine's span being frontend, see network_evidence), 'rtt-bound' (network from the client's TCP handshakes, see network_evidence), 'unsplit' (network and the server's frontend together, not split), 'engine-metrics' (a server component no span measured, from the engine's scraped time histogram over the window: module engine), 'roofline', 'decode-time', or 'none' (unmeasured).
 -- @column detail: The evidence: measured numbers with units.
 CREATE OR REPLACE TEMP TABLE claims AS
 WITH k AS (
@@ -50,6 +51,9 @@ j AS (
         -- a client-only trace judges the network story on the bound of its TCP handshakes
         (k.component = 'network' AND NOT a.measured AND ne.basis = 'tcp-connect' AND ne.rtt_share IS NOT NULL)
             AS rtt_bound,
+        -- an engine's span with no handshake: network and frontend together bound the network story
+        (k.component = 'network' AND NOT a.measured AND ne.basis = 'unsplit') AS unsplit,
+        ne.outside_ms AS ne_outside_ms, ne.outside_share AS ne_outside_share, ne.basis AS ne_basis,
         ne.verdict AS ne_verdict, ne.rtt_ms AS ne_rtt_ms, ne.rtt_share AS ne_rtt_share, ne.connections AS ne_n,
         ne.round_trips AS ne_trips, ne.bound_share AS ne_bound_share,
         -- a server component no span measured, judged on the engine's own window mean (module engine)
@@ -78,6 +82,7 @@ v AS (
                 WHEN decode_s_mean <= t_sub THEN 'supported'
                 ELSE 'misdiagnosis' END
             WHEN rtt_bound THEN coalesce(ne_verdict, 'unmeasured')
+            WHEN unsplit THEN coalesce(ne_verdict, 'unmeasured')
             WHEN eng_basis THEN CASE WHEN eng_share >= t_sup THEN 'supported'
                                      WHEN eng_share < t_mis THEN 'misdiagnosis' ELSE 'contributing' END
             WHEN NOT measured THEN 'unmeasured'
@@ -90,6 +95,8 @@ v AS (
                 THEN 'roofline' ELSE 'none' END
             WHEN key = 'throughput' THEN CASE WHEN decode_s_mean IS NOT NULL THEN 'decode-time' ELSE 'none' END
             WHEN rtt_bound THEN 'rtt-bound'
+            WHEN unsplit THEN 'unsplit'
+            WHEN key = 'network' AND measured AND ne_basis = 'rtt-split' THEN 'rtt-split'
             WHEN eng_basis THEN 'engine-metrics'
             WHEN measured THEN 'measured'
             ELSE 'none'
@@ -121,6 +128,11 @@ v AS (
                 || _pct(ne_bound_share) || ': network lies between the two'
                 || CASE WHEN ne_verdict IS NULL THEN ', which straddle a threshold: measure it with server timing'
                         ELSE '' END
+            WHEN unsplit THEN 'the server''s spans are its engine''s, and client.request minus them is '
+                || _ms(ne_outside_ms) || ' per request = ' || _pct(ne_outside_share) || ' of e2e: network and the '
+                || 'server''s frontend together, not split (no TCP handshake was timed)'
+                || CASE WHEN ne_verdict = 'misdiagnosis' THEN ': even all of it would be a small share'
+                        ELSE ': network is at most that' END
             WHEN eng_basis THEN component || ' is not measured per request; the engine''s own metrics put it at '
                 || _ms(eng_ms) || ' per request on average over ' || _n(eng_n) || ' requests in the window ('
                 || eng_series || ') = ' || _pct(eng_share) || ' of mean e2e (' || _ms(e2e_mean_ms)
@@ -128,11 +140,18 @@ v AS (
             WHEN NOT measured THEN component || ' is not measured in this trace ('
                 || CASE component
                     WHEN 'network' THEN 'needs client.request and server.request spans of the same request'
+                    WHEN 'frontend' THEN 'needs a server whose spans are its engine''s (server_scope engine), '
+                        || 'a client.request and a timed TCP handshake'
                     WHEN 'other' THEN 'needs server.request spans'
                     ELSE 'no ' || component || ' spans' END || '): unknown, not zero'
             ELSE component || ' holds ' || _pct(share) || ' of e2e (' || _ms(ms) || ' per request)'
                 || CASE WHEN is_bottleneck THEN ', the largest component'
                         ELSE '; the bottleneck is ' || coalesce(bottleneck, '-') || ' at ' || _pct(bottleneck_share) END
+                || CASE WHEN key = 'network' AND ne_basis = 'rtt-split' THEN '; network here is the round trip the '
+                        || 'TCP handshakes measured plus each request''s own handshakes, and the server''s frontend '
+                        || 'holds ' || coalesce(_ms(frontend_ms), '-') || ' per request (' || coalesce(_pct(frontend_share), '-')
+                        || ') outside its engine''s span: server time, not network'
+                    ELSE '' END
         END AS detail
     FROM j
 )

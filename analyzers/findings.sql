@@ -81,7 +81,11 @@ SELECT * FROM (VALUES
         'some request missed preemption_min_steps decode iterations in a row while the engine kept stepping, and '
         || 'that time holds at least preemption_share of decode time'),
     (31, 'client-bound', 'warning', 'The load client, not the server, limits the run',
-        'client.queue spans exist and the achieved send rate is below client_rate_ratio of the offered rate, or client_queue holds at least client_queue_share of e2e; the detail names the limit (concurrency cap, the probe''s event loop)')
+        'client.queue spans exist and the achieved send rate is below client_rate_ratio of the offered rate, or client_queue holds at least client_queue_share of e2e; the detail names the limit (concurrency cap, the probe''s event loop)'),
+    (32, 'server-frontend', 'warning', 'The server''s frontend, not the network, holds the time outside the engine',
+        'the server''s spans are its engine''s (server_scope engine), a TCP handshake measured the round trip, and frontend (client.request minus the engine''s span, less that round trip and the request''s handshakes) is the bottleneck or holds at least misdiagnosis_share of e2e'),
+    (33, 'network-frontend-unsplit', 'info', 'Network and the server''s frontend are not split',
+        'the server''s spans are its engine''s (server_scope engine) and no TCP handshake was timed: client.request minus the engine''s span holds both')
 ) AS v(ordinal, id, severity, title, fires_when)
 -- module engine: the findings from the engine's metrics
 UNION ALL SELECT * FROM engine_findings_catalogue;
@@ -116,8 +120,13 @@ WITH f AS (
     {'id': 'network-not-bottleneck', 'detail': CASE WHEN s.network_share < t.misdiagnosis_share AND s.bottleneck <> 'network'
             THEN coalesce('network ' || _ms(s.network_ms) || ' per request = ' || _pct(s.network_share) || ' of e2e (mean '
                 || _ms(s.e2e_mean_ms) || '); ' || s.bottleneck || ' holds ' || _pct(s.bottleneck_share)
+                || CASE WHEN ne.basis = 'rtt-split' THEN '; network is the round trip the TCP handshakes measured ('
+                    || _ms(ne.rtt_ms) || ') plus each request''s own handshakes, and the server''s frontend holds '
+                    || _ms(s.frontend_ms) || ' per request outside its engine''s span' ELSE '' END
                 || ': shaving RTT will not move latency', '') END},
     {'id': 'network-unmeasured', 'detail': CASE WHEN s.network_share IS NULL AND s.e2e_requests > 0
+            -- an engine's span without a handshake: network-frontend-unsplit says what is known
+            AND ne.basis <> 'unsplit'
             THEN coalesce('network time is unknown (not zero): ' || CASE
                 -- say what the trace holds, what it lacks, and the one step that would measure it
                 WHEN ne.client_requests > 0 AND ne.server_requests = 0 THEN 'a client-side trace measures e2e, '
@@ -259,6 +268,23 @@ WITH f AS (
                     ELSE _n(ne.round_trips) || ' round trips would be ' || _pct(ne.bound_share)
                         || ' of e2e: the network may matter; measure it with server timing' END
                 || ' (a proxy that accepts connections and then waits would hide behind a short handshake)', '') END},
+    {'id': 'server-frontend', 'detail': CASE WHEN ne.basis = 'rtt-split' AND s.frontend_share IS NOT NULL
+            AND (s.bottleneck = 'frontend' OR s.frontend_share >= t.misdiagnosis_share)
+            THEN coalesce('the server spent ' || _ms(s.frontend_ms) || ' per request = ' || _pct(s.frontend_share)
+                || ' of e2e outside its engine''s span (HTTP handling, chat template, tokenization before the engine, '
+                || 'detokenization and streaming after), against a network of ' || _ms(s.network_ms)
+                || ' (TCP handshake ' || _ms(ne.rtt_ms) || ', ' || CASE WHEN ne.connections = 1 THEN 'one connection'
+                    ELSE 'median of ' || _n(ne.connections) || ' connections' END
+                || '): this is server time, not the network; it grows when the API server shares its CPU with the '
+                || 'engine (vLLM: more API server processes, a faster tokenizer, shorter chat templates)', '') END},
+    {'id': 'network-frontend-unsplit', 'detail': CASE WHEN ne.basis = 'unsplit'
+            THEN coalesce('client.request minus the engine''s span is ' || _ms(ne.outside_ms) || ' per request = '
+                || _pct(ne.outside_share) || ' of e2e (mean ' || _ms(ne.e2e_mean_ms) || '): the network plus the '
+                || 'server''s frontend (HTTP, chat template, tokenization, detokenization, streaming), not split: no '
+                || 'round trip was measured. '
+                || CASE WHEN ne.verdict = 'misdiagnosis' THEN 'Even all of it would be a small share: the network is '
+                    || 'not the story. ' ELSE '' END
+                || 'Next: probe with tracetool probe, which times each new connection''s TCP handshake', '') END},
     {'id': 'prefill-interference', 'detail': CASE WHEN s.prefill_interference_share >= t.prefill_interference_share
             THEN coalesce('co-scheduled prefill costs ' || _pct(s.prefill_interference_share) || ' of decode time ('
                 || _ms(s.prefill_wait_ms) || ' in all waiting through prefill iterations'

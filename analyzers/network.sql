@@ -14,11 +14,22 @@
 -- balancer that accepts the connection and then waits shows a short handshake
 -- and a long network time, which only server timing can reveal. The RTT is the
 -- median handshake (the minimum would understate a busy path).
+--
+-- A server whose spans are its engine's (requests.server_scope 'engine', e.g. vLLM's
+-- llm_request) leaves its frontend between the two clocks: client.request minus that span is
+-- network plus HTTP handling, chat template, tokenization, detokenization and streaming. The
+-- attribution takes network as the round trips the handshakes measured and the rest as
+-- frontend (basis 'rtt-split'); without a handshake it cannot split them (basis 'unsplit'),
+-- and says so instead of calling it all network.
 
 -- @table network_evidence
 -- One row: the basis of every network verdict and the client-only bound.
--- @column basis: 'measured' (some successful request has client.request and server.request), 'tcp-connect' (no such request, but client.request and client.connect spans bound it), or 'none'.
+-- @column basis: 'measured' (some successful request has client.request and a server.request that is the server's), 'rtt-split' (server.request is the engine's span: network from the timed handshakes, the rest of the difference is frontend), 'unsplit' (the engine's span and no timed handshake: network and frontend not split), 'tcp-connect' (no server span, but client.request and client.connect spans bound it), or 'none'.
 -- @column measured_requests: Successful requests whose network time is measured (count).
+-- @column engine_requests: Successful requests whose server.request is the engine's span (server_scope 'engine') and that have a client.request (count).
+-- @column outside_ms: Mean client.request minus the engine's span over engine_requests: network plus frontend, milliseconds (null without such requests).
+-- @column outside_share: outside_ms / e2e_mean_ms, 0..1: the most network can hold where it is not split.
+-- @column frontend_ms: Mean frontend time (outside the engine's span, beyond the measured round trips) over engine_requests, milliseconds; null when not split.
 -- @column client_requests: Successful requests with a client.request span (count).
 -- @column server_requests: Successful requests with a server.request span (count).
 -- @column connections: client.connect spans: TCP handshakes timed by the client (count).
@@ -30,11 +41,14 @@
 -- @column round_trips: Round trips the upper bound allows (threshold network_bound_round_trips, count).
 -- @column bound_ms: round_trips x rtt_ms, milliseconds: the most network time per request on this evidence.
 -- @column bound_share: bound_ms / e2e_mean_ms, 0..1.
--- @column verdict: With basis 'tcp-connect': 'misdiagnosis' (bound_share below misdiagnosis_share), 'supported' (rtt_share at least supported_share), 'contributing' (rtt_share at least misdiagnosis_share and bound_share below supported_share), else null (the bounds straddle a threshold).
+-- @column verdict: With basis 'unsplit': 'misdiagnosis' when even all of outside_share is below misdiagnosis_share, else null. With basis 'tcp-connect': 'misdiagnosis' (bound_share below misdiagnosis_share), 'supported' (rtt_share at least supported_share), 'contributing' (rtt_share at least misdiagnosis_share and bound_share below supported_share), else null (the bounds straddle a threshold).
 CREATE OR REPLACE TEMP TABLE network_evidence AS
 WITH r AS (
     SELECT
         count(*) FILTER (WHERE network_ms IS NOT NULL) AS measured_requests,
+        count(outside_ms) AS engine_requests,
+        avg(outside_ms) AS outside_ms,
+        avg(frontend_ms) AS frontend_ms,
         count(*) FILTER (WHERE e2e_source = 'client') AS client_requests,
         count(server_ms) AS server_requests,
         avg(e2e_ms) AS e2e_mean_ms
@@ -50,19 +64,24 @@ c AS (
 ),
 b AS (
     SELECT r.*, c.*,
-        CASE WHEN r.measured_requests > 0 THEN 'measured'
+        CASE WHEN r.engine_requests > 0 AND r.measured_requests > 0 THEN 'rtt-split'
+             WHEN r.engine_requests > 0 THEN 'unsplit'
+             WHEN r.measured_requests > 0 THEN 'measured'
              WHEN r.client_requests > 0 AND c.connections > 0 THEN 'tcp-connect'
              ELSE 'none' END AS basis,
         c.rtt_ms / nullif(r.e2e_mean_ms, 0) AS rtt_share,
+        r.outside_ms / nullif(r.e2e_mean_ms, 0) AS outside_share,
         t.network_bound_round_trips AS round_trips,
         t.network_bound_round_trips * c.rtt_ms AS bound_ms,
         t.network_bound_round_trips * c.rtt_ms / nullif(r.e2e_mean_ms, 0) AS bound_share,
         t.misdiagnosis_share AS _mis, t.supported_share AS _sup
     FROM r, c, _thresholds AS t
 )
-SELECT basis, measured_requests, client_requests, server_requests, connections, rtt_ms, rtt_min_ms, tls_ms,
+SELECT basis, measured_requests, engine_requests, outside_ms, outside_share, frontend_ms,
+    client_requests, server_requests, connections, rtt_ms, rtt_min_ms, tls_ms,
     e2e_mean_ms, rtt_share, round_trips, bound_ms, bound_share,
-    CASE WHEN basis <> 'tcp-connect' OR rtt_share IS NULL THEN NULL
+    CASE WHEN basis = 'unsplit' AND outside_share < _mis THEN 'misdiagnosis'
+         WHEN basis <> 'tcp-connect' OR rtt_share IS NULL THEN NULL
          WHEN bound_share < _mis THEN 'misdiagnosis'
          WHEN rtt_share >= _sup THEN 'supported'
          WHEN rtt_share >= _mis AND bound_share < _sup THEN 'contributing'

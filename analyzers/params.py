@@ -297,6 +297,7 @@ class ClaimSpec:
 #: key -> (component the verdict is about, the story in words).
 CLAIMS: dict[str, tuple[str, str]] = {
     "network": ("network", "It's the network RTT."),
+    "frontend": ("frontend", "It's the server's frontend (HTTP handling, chat template, streaming)."),
     "queue": ("queue", "It's queueing: the server is overloaded."),
     "tokenize": ("tokenize", "It's tokenizer overhead."),
     "preprocess": ("preprocess", "It's pre-processing (retrieval, templating, guardrails)."),
@@ -311,6 +312,7 @@ CLAIMS: dict[str, tuple[str, str]] = {
 
 CLAIM_ALIASES: dict[str, str] = {
     "network-rtt": "network", "rtt": "network", "net": "network", "network-latency": "network",
+    "server-frontend": "frontend", "api-server": "frontend", "http-server": "frontend",
     "queueing": "queue", "queuing": "queue", "overload": "queue",
     "tokenizer": "tokenize", "tokenization": "tokenize", "tokenizer-overhead": "tokenize",
     "preprocessing": "preprocess", "pre-processing": "preprocess", "retrieval": "preprocess",
@@ -324,7 +326,7 @@ CLAIM_ALIASES: dict[str, str] = {
 # Free-text fallbacks, most specific first.
 _KEYWORDS = (("compute", "compute-bound"), ("flop", "compute-bound"), ("thousand", "throughput"),
              ("throughput", "throughput"), ("tok-s", "throughput"), ("detoken", "detokenize"),
-             ("tokeni", "tokenize"), ("network", "network"), ("rtt", "network"), ("queu", "queue"),
+             ("tokeni", "tokenize"), ("frontend", "frontend"), ("network", "network"), ("rtt", "network"), ("queu", "queue"),
              ("overload", "queue"), ("prefill", "prefill"), ("prompt", "prefill"),
              ("preprocess", "preprocess"), ("pre-process", "preprocess"), ("retrieval", "preprocess"),
              ("postprocess", "postprocess"), ("post-process", "postprocess"), ("guardrail", "postprocess"),

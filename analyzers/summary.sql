@@ -31,6 +31,8 @@ CREATE OR REPLACE MACRO _f(x, d) AS coalesce(printf('%.' || d || 'f', x), '-');
 -- @column prompt_tokens_mean: Mean prompt tokens per request (where recorded), tokens.
 -- @column network_ms: Mean network time per measuring request, milliseconds.
 -- @column network_share: Network share of e2e, 0..1 (null when not measured).
+-- @column frontend_ms: Mean time the server spent outside its engine's span (frontend), milliseconds.
+-- @column frontend_share: Frontend share of e2e, 0..1 (null when not measured).
 -- @column queue_ms: Mean queue time, milliseconds.
 -- @column queue_share: Queue share of e2e, 0..1.
 -- @column tokenize_ms: Mean tokenize time, milliseconds.
@@ -131,6 +133,8 @@ rr AS (SELECT
 cc AS (SELECT
     first(ms) FILTER (WHERE component = 'network') AS network_ms,
     first(share) FILTER (WHERE component = 'network') AS network_share,
+    first(ms) FILTER (WHERE component = 'frontend') AS frontend_ms,
+    first(share) FILTER (WHERE component = 'frontend') AS frontend_share,
     first(ms) FILTER (WHERE component = 'queue') AS queue_ms,
     first(share) FILTER (WHERE component = 'queue') AS queue_share,
     first(ms) FILTER (WHERE component = 'tokenize') AS tokenize_ms,
@@ -187,6 +191,7 @@ n AS (SELECT
     lp.itl_mean_ms, lp.itl_p50_ms, lp.tpot_mean_ms,
     rr.output_tokens_p50, rr.output_tokens_mean, rr.prompt_tokens_mean,
     cc.network_ms, cc.network_share,
+    cc.frontend_ms, cc.frontend_share,
     cc.queue_ms, cc.queue_share,
     cc.tokenize_ms, cc.tokenize_share,
     cc.preprocess_ms, cc.preprocess_share,

@@ -40,11 +40,17 @@ SERVER_REQUEST = "server.request"
 CLIENT_QUEUE = "client.queue"
 PHASES = ("tokenize", "queue", "preprocess", "prefill", "decode", "detokenize", "postprocess")
 #: Components of the attribution rule, in the order they happen.
-COMPONENTS = ("client_queue", "network", "queue", "tokenize", "preprocess", "prefill", "decode",
+COMPONENTS = ("client_queue", "network", "frontend", "queue", "tokenize", "preprocess", "prefill", "decode",
               "detokenize", "postprocess", "other")
-#: Components that only a scheduled load run can measure (``client.queue`` spans of ``tracetool
-#: probe --rate``): screens and reports leave them out where no request measured them.
-OPTIONAL_COMPONENTS = ("client_queue",)
+#: Components only some traces can measure: ``client_queue`` a scheduled load run (``client.queue``
+#: spans of ``tracetool probe --rate``), ``frontend`` a server whose ``server.request`` is its
+#: engine's span (``requests.server_scope``). Screens and reports leave them out where no request
+#: measured them.
+OPTIONAL_COMPONENTS = ("client_queue", "frontend")
+#: What a request's ``server.request`` span covers (``requests.server_scope``): the whole HTTP request
+#: as the server handled it (the default), or only its engine's span, from the engine's arrival to its
+#: finish (vLLM's ``llm_request``), with the server's frontend outside it.
+SERVER_SCOPES = ("server", "engine")
 
 
 def shown_components(components: dict[str, dict[str, object]]) -> dict[str, dict[str, object]]:
@@ -203,6 +209,10 @@ REQUESTS = Table(
         _c("reasoning_tokens", I32, "Output tokens the server marked as reasoning "
            "(usage.completion_tokens_details.reasoning_tokens, else reasoning_content chunks); "
            "included in output_tokens."),
+        _c("server_scope", STR, "What the request's `server.request` span covers: `server` (the whole HTTP "
+           "request as the server handled it; the default when null) or `engine` (only the engine's span, "
+           "from the engine's arrival to its finish, as vLLM's `llm_request`: HTTP handling, the chat "
+           "template, tokenization before it and detokenization and streaming after it are outside)."),
     ),
 )
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from analyzer_scenarios import Req, scenario, toy_trace
 
-COMPONENTS = ["client_queue", "network", "queue", "tokenize", "preprocess", "prefill", "decode", "detokenize", "postprocess",
+COMPONENTS = ["client_queue", "network", "frontend", "queue", "tokenize", "preprocess", "prefill", "decode", "detokenize", "postprocess",
               "other"]
 
 

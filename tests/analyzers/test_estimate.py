@@ -10,7 +10,7 @@ import pytest
 
 import analyzers
 
-COMPONENTS = ["client_queue", "network", "queue", "tokenize", "preprocess", "prefill", "decode", "detokenize", "postprocess",
+COMPONENTS = ["client_queue", "network", "frontend", "queue", "tokenize", "preprocess", "prefill", "decode", "detokenize", "postprocess",
               "other"]
 
 

@@ -20,7 +20,7 @@ def test_attribution_requests_by_the_rule(toy_con: Any) -> None:
     a, b = got["a"], got["b"]
     assert a == {
         "trace": "toy", "request_id": "a", "request_key": 1, "ok": True, "e2e_ms": 150.0, "e2e_source": "client",
-        "client_queue_ms": None, "network_ms": 30.0, "queue_ms": 10.0, "tokenize_ms": 2.0, "preprocess_ms": None, "prefill_ms": 28.0,
+        "client_queue_ms": None, "network_ms": 30.0, "frontend_ms": None, "outside_ms": None, "queue_ms": 10.0, "tokenize_ms": 2.0, "preprocess_ms": None, "prefill_ms": 28.0,
         "decode_ms": 60.0, "detokenize_ms": None, "postprocess_ms": 5.0, "other_ms": 15.0, "server_ms": 120.0,
         "ttft_ms": 65.0, "ttft_source": "client", "tpot_ms": pytest.approx(85 / 3), "itl_mean_ms": 20.0,
         "output_tokens": 4, "prompt_tokens": None, "decode_tok_s": pytest.approx(3000 / 85),
@@ -34,7 +34,8 @@ def test_attribution_requests_by_the_rule(toy_con: Any) -> None:
 def test_components_shares_and_measured(toy_con: Any) -> None:
     got = {r["component"]: r for r in rows(toy_con, "SELECT * FROM attribution_components")}
     # sum of e2e = 250 ms
-    expect = {"client_queue": (False, 0, None, None), "network": (True, 1, 30.0, 0.12), "queue": (True, 1, 10.0, 0.04),
+    expect = {"client_queue": (False, 0, None, None), "network": (True, 1, 30.0, 0.12),
+              "frontend": (False, 0, None, None), "queue": (True, 1, 10.0, 0.04),
               "tokenize": (True, 1, 2.0, 0.008), "preprocess": (False, 0, None, None),
               "prefill": (True, 2, 34.0, 0.272), "decode": (True, 2, 50.0, 0.4),
               "detokenize": (False, 0, None, None), "postprocess": (True, 1, 5.0, 0.02),
@@ -45,7 +46,7 @@ def test_components_shares_and_measured(toy_con: Any) -> None:
         assert r["ms"] == (pytest.approx(ms) if ms is not None else None), name
         assert r["share"] == (pytest.approx(share) if share is not None else None), name
     assert [n for n, r in got.items() if r["bottleneck"]] == ["decode"]
-    assert list(got) == ["client_queue", "network", "queue", "tokenize", "preprocess", "prefill", "decode", "detokenize",
+    assert list(got) == ["client_queue", "network", "frontend", "queue", "tokenize", "preprocess", "prefill", "decode", "detokenize",
                          "postprocess", "other"]
     assert sum(r["share"] or 0 for r in got.values()) == pytest.approx(1.0)
 

@@ -30,7 +30,7 @@ def test_vllm_llm_request_attributes_become_phases_placed_from_arrival(tmp_path:
     assert t.table("requests").to_pylist() == [{"request_id": "chatcmpl-abc", "prompt_tokens": 512,
                                                 "output_tokens": 64, "status": "ok", "error": None,
                                                 "prompt_chars": None, "cached_prompt_tokens": None,
-                                                "reasoning_tokens": None}]
+                                                "reasoning_tokens": None, "server_scope": "engine"}]
     raw = t.table("otlp_spans").to_pylist()
     assert raw[0]["mapping"] == "vllm" and json.loads(raw[0]["attributes"])["gen_ai.request.id"] == "chatcmpl-abc"
 

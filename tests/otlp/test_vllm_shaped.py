@@ -3,9 +3,10 @@
 The server keeps its own request ids and exports vLLM's ``llm_request`` span
 through the real OpenTelemetry SDK and OTLP exporter (gRPC, and HTTP with
 protobuf), as ``vllm serve --otlp-traces-endpoint`` does. After the three
-commands, every request has network, queue, prefill and decode, and each
-duration equals what the server reported (its ground-truth file) within a few
-percent; the requests joined on the traceparent's trace id, since no id is
+commands, every request has network, frontend, queue, prefill and decode, and
+each duration equals what the server reported (its ground-truth file) within a
+few percent, the server's time before its engine's arrival counted as frontend,
+not network; the requests joined on the traceparent's trace id, since no id is
 shared.
 """
 
@@ -80,5 +81,13 @@ def test_receive_probe_merge_attributes_a_vllm_shaped_server(tmp_path: Path, chi
     capsys.readouterr()
     assert cli_main(["analyze", str(joined), "--json"]) == 0
     analysis = json.loads(capsys.readouterr().out)
-    for component in ("network", "queue", "prefill", "decode"):
+    for component in ("network", "frontend", "queue", "prefill", "decode"):
         assert analysis["components"][component]["share"] is not None, component
+    # the server's FRONTEND_S before its engine's arrival is the frontend, not network: network is the
+    # loopback round trip the probe's handshakes measured (plus a request's own handshake)
+    frontend = min(r["frontend"] for r in truth.values()) * 1e3
+    assert analysis["network_evidence"]["basis"] == "rtt-split"
+    assert analysis["components"]["frontend"]["ms"] >= 0.7 * frontend
+    assert analysis["components"]["network"]["ms"] < analysis["components"]["frontend"]["ms"] / 2
+    big = analysis["components"]["frontend"]["share"] >= analysis["thresholds"]["misdiagnosis_share"]
+    assert big == ("server-frontend" in {f["id"] for f in analysis["findings"]})

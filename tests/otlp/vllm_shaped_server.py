@@ -3,6 +3,8 @@
 It knows nothing of tracetool (it imports none of it): it keeps its own
 request ids (``chatcmpl-<uuid>``, ignoring ``X-Request-ID``), runs one request
 at a time on a simulated engine (so concurrent requests really queue), and
+spends ``FRONTEND_S`` before the engine's arrival (as vLLM's API server does its
+HTTP handling, chat template and tokenization outside the span), and
 exports one ``llm_request`` SERVER span per request through the real
 OpenTelemetry SDK and OTLP exporter, the way vLLM does
 (``vllm/tracing.py`` ``init_tracer`` / ``get_span_exporter``: the protocol
@@ -49,6 +51,8 @@ MODEL = "vllm-shaped"
 PREFILL_S_PER_WORD = 0.0004
 PREFILL_BASE_S = 0.015
 DECODE_STEP_S = 0.006
+#: the API server's own work before the engine's arrival (HTTP, chat template, tokenization)
+FRONTEND_S = 0.05
 
 
 def span_exporter(endpoint: str) -> Any:
@@ -80,6 +84,9 @@ def build(endpoint: str, truth_path: str) -> tuple[Starlette, TracerProvider]:
         return JSONResponse({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
 
     async def chat(request: Request) -> Any:
+        # vLLM's API server parses the request, renders the chat template and tokenizes before the
+        # engine's arrival time, where llm_request starts: its frontend is outside the span
+        await asyncio.sleep(FRONTEND_S)
         arrival = time.time()
         body = await request.json()
         request_id = f"chatcmpl-{uuid.uuid4().hex}"  # its own id, whatever the client sent
@@ -138,7 +145,7 @@ def build(endpoint: str, truth_path: str) -> tuple[Starlette, TracerProvider]:
                 trace_id = format_trace_id(get_current_span().get_span_context().trace_id)
             truth.write(json.dumps({"request_id": request_id, "trace_id": trace_id, "e2e": e2e,
                                     "ttft": stats["first_token_latency"], "queue": queued, "prefill": prefill,
-                                    "decode": decode}) + "\n")
+                                    "decode": decode, "frontend": FRONTEND_S}) + "\n")
 
         return StreamingResponse(generate(), media_type="text/event-stream")
 

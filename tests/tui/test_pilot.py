@@ -180,14 +180,14 @@ async def test_sql_console_runs_reads_and_refuses_writes(chat: Path, make_app: A
         box.value = "SELECT key, verdict FROM claims ORDER BY ordinal"
         await pilot.press("enter")
         await settle(pilot)
-        assert result.row_count == 11 and list(result.get_row_at(0)) == ["network", "misdiagnosis"]
-        assert text_of(message).startswith("11 rows")
+        assert result.row_count == 12 and list(result.get_row_at(0)) == ["network", "misdiagnosis"]
+        assert text_of(message).startswith("12 rows")
         generation = app.snapshot.generation
         app.request_analysis(reload=True)  # a new snapshot (a live tick, r) keeps the result's line
         while app.snapshot.generation == generation:
             await pilot.pause(0.05)
         await settle(pilot)
-        assert text_of(message).startswith("11 rows") and result.row_count == 11
+        assert text_of(message).startswith("12 rows") and result.row_count == 12
         for sql, expected in ((f"COPY tokens TO '{tmp_path}/x.csv'", "COPY statements are refused"),
                               (f"ATTACH '{tmp_path}/x.db'", "ATTACH statements are refused"),
                               ("INSTALL httpfs", "INSTALL/LOAD statements are refused"),

@@ -21,7 +21,7 @@ ROWS = {
             (2_000, 1, None, None, None, None, None, None, None, None, None, None, None, None, None)],
     "stacks": [(10, "MainThread", "tokenize", "main;encode;_bpe", 3), (11, "worker", "idle", "run;wait", 1)],
     "steps": [(0, 100, 200, 4, 512, 0, 512), (1, 200, 260, 4, 0, 4, 2052)],
-    "requests": [("r1", 12, 2, "ok", None, 48, 8, None), ("r2", None, 1, "error", "boom", None, None, 3)],
+    "requests": [("r1", 12, 2, "ok", None, 48, 8, None, "engine"), ("r2", None, 1, "error", "boom", None, None, 3, None)],
     "clock_offsets": [("r1", -1_500, 4_000), ("r2", None, None)],
     "otlp_spans": [("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331", None, "chatcmpl-1", "llm_request",
                     "server", "vllm", "vllm.llm_engine", 100, 900, "unset", "vllm", '{"gen_ai.latency.e2e": 0.5}'),

@@ -100,6 +100,8 @@ def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], ro
 
 def print_analysis(doc: dict[str, Any]) -> None:
     """The readable form of an ``analyze --json`` document (``analyze``, ``demo``)."""
+    from analyzers.engine import BASIS as ENGINE_BASIS
+
     echo = click.echo
     traces = doc["traces"]
     where = traces[0]["path"] if len(traces) == 1 else f"{len(traces)} traces"
@@ -111,7 +113,19 @@ def print_analysis(doc: dict[str, Any]) -> None:
     echo(doc["headline"])
     echo("")
     echo("where the time went (mean per request; share of summed e2e)")
+    ne = doc.get("network_evidence") or {}
     for name, c in doc["components"].items():
+        if name == "frontend" and not c["measured"]:
+            continue  # only a server that publishes its engine's spans has one (said under network)
+        if c.get("basis") == ENGINE_BASIS:
+            # the engine's window mean from its histograms: what the headline says, marked as such
+            echo(f"  {name:<12} {fmt_ms(c['ms']):>10} {fmt_pct(c['share']):>8}  engine metrics: a window mean, "
+                 "not per request")
+            continue
+        if name == "network" and not c["measured"] and ne.get("basis") == "unsplit":
+            echo(f"  {name:<12} {'not split':>10} {'':>8}  network + server frontend {fmt_ms(ne.get('outside_ms'))} "
+                 f"({fmt_pct(ne.get('outside_share'))}): no round trip measured to split them")
+            continue
         if not c["measured"]:
             echo(f"  {name:<12} {'not measured':>10}")
             continue

@@ -130,6 +130,9 @@ def map_root(span: OtelSpan, root: Root, rid: str, *, children_give_phases: bool
         gave = _tgi(span, rid, rows)
     elif _has_latency(a) and not children_give_phases:
         gave = _latency_attributes(span, rid, rows)
+        # the span starts at the engine's arrival and ends at its finish: the API server's HTTP
+        # handling, chat template, tokenization and streaming lie outside it (vLLM #29180)
+        info["server_scope"] = "engine"
     else:
         rows.span(rid, "server.request", span.start_ns, span.end_ns)
     return rows, gave

@@ -259,7 +259,7 @@ class OtlpSink:
                 "clock": ["server"] * len(out.spans)})
         if out.requests:
             rids = list(out.requests)
-            cols = ("prompt_tokens", "output_tokens", "status", "error")
+            cols = ("prompt_tokens", "output_tokens", "status", "error", "server_scope")
             w.sink("requests").append_batch({"request_id": rids,
                                              **{c: [out.requests[r].get(c) for r in rids] for c in cols}})
         if out.otlp:

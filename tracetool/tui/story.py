@@ -37,8 +37,8 @@ class Suspect:
 #: The usual suspects (docs/domain.md §3), in the order a request meets them.
 SUSPECTS = (
     Suspect("network RTT", "network", ("network",),
-            ("network-dominant", "network-slow-link", "short-outputs", "network-not-bottleneck",
-             "network-unmeasured")),
+            ("network-dominant", "network-slow-link", "server-frontend", "short-outputs", "network-not-bottleneck",
+             "network-frontend-unsplit", "network-unmeasured")),
     Suspect("tokenizer", "tokenizer", ("tokenize",), ("tokenizer-pathological", "cpu-tokenize-hot", "tokenizer-negligible")),
     Suspect("queueing", "queueing", ("queue",), ("queue-dominant",)),
     Suspect("prefill", "prefill", ("prefill",), ("prefill-dominant", "prefill-stalls")),

@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Footer, Static
 from textual.worker import get_current_worker
 
 from tracetool.glyphs import NOT_MEASURED
-from tracetool.schema import COMPONENTS
+from tracetool.schema import COMPONENTS, OPTIONAL_COMPONENTS
 from tracetool.tui import fmt
 from tracetool.tui.model import View
 from tracetool.tui.queries import RequestDetail, request_detail
@@ -111,7 +111,7 @@ def _summary(row: dict[str, Any]) -> Content:
     e2e = row.get("e2e_ms") or 0
     for c in COMPONENTS:
         v = row.get(f"{c}_ms")
-        if v is None and c == "client_queue":  # only a scheduled load run measures it
+        if v is None and c in OPTIONAL_COMPONENTS:  # only some traces measure them (tracetool.schema)
             continue
         if v is None:
             parts += [(f"{c} -  ", "$text-muted")]

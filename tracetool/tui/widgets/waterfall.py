@@ -27,9 +27,13 @@ class Waterfall(Widget):
         self._components: dict[str, dict[str, Any]] = {}
         self._bottleneck: str | None = None
         self._e2e: dict[str, Any] = {}
+        self._unsplit: tuple[float | None, float | None] | None = None
 
     def show(self, doc: dict[str, Any]) -> None:
         self._components = shown_components(doc.get("components") or {})
+        ne = doc.get("network_evidence") or {}
+        #: network and the server's frontend together where no round trip splits them (ms, share)
+        self._unsplit = (ne.get("outside_ms"), ne.get("outside_share")) if ne.get("basis") == "unsplit" else None
         self._bottleneck = doc.get("bottleneck")
         self._e2e = doc.get("e2e_ms") or {}
         self.refresh(layout=True)
@@ -51,6 +55,12 @@ class Waterfall(Widget):
                 lines.append(Content.assemble(head, (f"{fmt.ms(c.get('ms')):>{MS_W}}", "$text-muted italic"),
                                               (f"{fmt.pct(c.get('share')):>{SHARE_W}} ", "$text-muted italic"),
                                               ("engine metrics", "$text-muted italic")))
+                continue
+            if name == "network" and not c.get("measured") and self._unsplit is not None:
+                # client.request minus the engine's span: network plus the server's frontend, no bar
+                lines.append(Content.assemble(head, (f"{fmt.ms(self._unsplit[0]):>{MS_W}}", "$text-muted italic"),
+                                              (f"{fmt.pct(self._unsplit[1]):>{SHARE_W}} ", "$text-muted italic"),
+                                              ("with frontend, not split", "$text-muted italic")))
                 continue
             if not c.get("measured"):
                 lines.append(Content.assemble(head, (f"{'not measured':>{MS_W + SHARE_W}}", "$text-muted italic")))
