@@ -43,7 +43,7 @@ TABLES = ("attribution_requests", "attribution_components", "latency_percentiles
           "decode_throughput", "roofline_summary", "host_overhead", "steps_batch", "steps_prefill",
           "steps_accounting", "tokens_gap_stats",
           "gpu_decode", "stacks_categories", "network_evidence", "summary_numbers", "findings", "claims",
-          "engine_summary", "engine_stats")
+          "engine_summary", "engine_stats", "engine_headline")
 
 
 @dataclass(eq=False)  # identity: it holds a connection, and its traces hold itself (one trace)
@@ -187,6 +187,10 @@ class Analysis:
         # the engine's own metrics (module engine): its object, and server components no span measured
         body["engine"] = engine_json(self.rows("engine_summary"), self.rows("engine_stats"))
         fill_components(body["components"], body["engine"], body["e2e_ms"]["mean"])
+        told = self.one("engine_headline")
+        if body["bottleneck"] is None and told.get("headline"):
+            # no per-request server component, but the engine's histograms: say what they say
+            body["headline"] = told["headline"]
         return body
 
 

@@ -317,6 +317,38 @@ SELECT w.trace, x.source, w.clock, (w.end_ns - w.start_ns) / 1e9 AS window_s, w.
     x.* EXCLUDE (trace, source, baseline), coalesce(x.baseline, true) AS baseline
 FROM engine_window AS w LEFT JOIN x USING (trace);
 
+-- @table engine_headline
+-- One row when no server component is measured per request but the engine's time histograms give
+-- some (a client trace with scraped metrics): the analysis's headline, told from the engine's window
+-- means with their basis, so that the text report says what the JSON's engine-metrics components say.
+-- @column component: The component with the largest window mean (not a per-request bottleneck).
+-- @column share: Its window mean over mean e2e, 0..1.
+-- @column headline: Where the time went by the engine's own metrics, in one sentence with its numbers and basis.
+CREATE OR REPLACE TEMP TABLE engine_headline AS
+WITH e AS (
+    SELECT * FROM engine_summary WHERE (SELECT count(*) FROM engine_summary) = 1
+), s AS (
+    SELECT e2e_mean_ms, e2e_requests, ttft_share, itl_p50_ms FROM summary_numbers WHERE bottleneck IS NULL
+), c AS (
+    SELECT x.* FROM (
+        SELECT 1 AS ord, 'queue' AS component, queue_time_ms_mean AS ms, queue_time_n AS n FROM e
+        UNION ALL SELECT 2, 'tokenize', tokenize_time_ms_mean, tokenize_time_n FROM e
+        UNION ALL SELECT 3, 'prefill', prefill_time_ms_mean, prefill_time_n FROM e
+        UNION ALL SELECT 4, 'decode', decode_time_ms_mean, decode_time_n FROM e) AS x
+    WHERE x.ms IS NOT NULL
+        AND x.component NOT IN (SELECT component FROM attribution_components WHERE measured)
+)
+SELECT arg_max(c.component, c.ms) AS component, max(c.ms) / max(s.e2e_mean_ms) AS share,
+    'no server phase is measured per request; the engine''s own metrics (' || max(e.source)
+        || ', means over the window) put ' || string_agg(c.component || ' at ' || _ms(c.ms) || ' = '
+            || _pct(c.ms / s.e2e_mean_ms), ', ' ORDER BY c.ms DESC, c.ord)
+        || ' of mean e2e (' || _ms(max(s.e2e_mean_ms)) || ' over ' || _n(max(s.e2e_requests)) || ' requests)'
+        || coalesce('; TTFT is ' || _pct(max(s.ttft_share)) || ' of e2e', '')
+        || coalesce(', ITL p50 ' || _ms(max(s.itl_p50_ms)), '') AS headline
+FROM c, s, e
+WHERE s.e2e_mean_ms > 0
+HAVING count(*) > 0;
+
 -- @table engine_findings_catalogue
 -- The findings engine metrics can report (appended to findings_catalogue).
 -- @column ordinal: Position in the catalogue (after the findings of module findings).

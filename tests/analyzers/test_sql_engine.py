@@ -159,3 +159,22 @@ def test_a_queue_claim_on_a_client_only_trace_rests_on_the_engine(vllm_trace: Pa
         "supported"
     assert "vllm:request_queue_time_seconds" in queue["detail"] and "window aggregate" in queue["detail"]
     assert prefill["basis"] == "none" and prefill["verdict"] == "unmeasured"  # not exported here
+
+
+def test_text_report_and_headline_tell_what_the_engine_metrics_fill_in(vllm_trace: Path, cli) -> None:
+    # a probe's trace with the engine's metrics and no server span: the JSON fills queue from
+    # vllm:request_queue_time_seconds; the text report and the headline must say the same
+    doc = analyzers.analyze(vllm_trace).to_json()
+    assert doc["bottleneck"] is None and doc["components"]["queue"]["basis"] == "engine-metrics"
+    assert doc["headline"].startswith("no server phase is measured per request; the engine's own metrics (vllm, "
+                                      "means over the window) put queue at 325.0 ms = 26.0 % of mean e2e (1.25 s")
+    r = cli("analyze", vllm_trace)
+    assert r.code == 0, r.err
+    assert doc["headline"] in r.out
+    queue = next(x for x in r.out.splitlines() if x.strip().startswith("queue"))
+    assert "325.0 ms" in queue and "26.0 %" in queue and "engine metrics" in queue
+    assert "not measured" in next(x for x in r.out.splitlines() if x.strip().startswith("prefill"))
+    md = cli("report", vllm_trace, "--format", "md")
+    assert md.code == 0, md.err
+    row = next(x for x in md.out.splitlines() if x.startswith("| queue"))
+    assert "325.0 ms" in row and "engine metrics" in row

@@ -160,7 +160,9 @@ class Report:
             "latency": _latency(d),
             "baseline_latency": _latency(self.baseline.doc) if self.baseline else None,
             "components": {c: {"ms": fmt.rnd(v["ms"], 3), "share": fmt.rnd(v["share"], 4),
-                               "measured": bool(v["measured"]), "requests": v["requests"]}
+                               "measured": bool(v["measured"]), "requests": v["requests"],
+                               # a component filled from the engine's metrics says so (analyze --json)
+                               **({"basis": v["basis"]} if v.get("basis") else {})}
                            for c, v in shown_components(d["components"]).items() if c in COMPONENTS},
             "comparison": None if self.baseline is None else [_comparison(c) for c in self.gate.comparisons],
             "checks": [_check(c) for c in checks],

@@ -59,11 +59,14 @@ def render_markdown(doc: dict[str, Any]) -> str:
                    "p that this run is slower, per-request values (mean ITL per request).</sub>")
         out.append("")
     out += ["### Where the time went", ""]
-    measured = {k: c for k, c in doc["components"].items() if c["measured"]}
-    unmeasured = [k for k, c in doc["components"].items() if not c["measured"]]
+    # measured per request, or filled in from the engine's metrics (a window mean, marked as such)
+    measured = {k: c for k, c in doc["components"].items() if c["measured"] or c.get("basis")}
+    unmeasured = [k for k, c in doc["components"].items() if not c["measured"] and not c.get("basis")]
     if measured:
         rows = [[name, fmt.ms(c["ms"]), fmt.share(c["share"]),
-                 "◀ bottleneck" if name == doc.get("bottleneck") else ""] for name, c in measured.items()]
+                 "◀ bottleneck" if name == doc.get("bottleneck")
+                 else "engine metrics: a window mean, not per request" if c.get("basis") else ""]
+                for name, c in measured.items()]
         out += table(["component", "mean per request", "share of e2e", ""], rows, "lrrl")
         out.append("")
     if unmeasured:
