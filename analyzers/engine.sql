@@ -9,6 +9,10 @@
 -- The measured window of a trace is the first start to the last end of its request spans on
 -- the metrics' clock (client.request when the probe scraped, server.request when the
 -- recording process did); when the metrics' clock is another host's, the scrapes' own span.
+-- A trace whose samples are on several clocks (a merged trace: the probe's scrapes and the
+-- server's recording process's) is read on one of them, the first of client, server,
+-- scraper that has request spans (else the first present): two scrapers of one engine
+-- would count it twice.
 -- Gauges are averaged (and their maximum taken) over the scrapes inside the window. Counters
 -- and histogram series stay raw in the trace: their deltas are taken here, from the last
 -- scrape at or before the window's start (the scraper reads one before the first request, so
@@ -81,6 +85,7 @@ SELECT engine, concept, replace(name, ':', '_'), kind, preference FROM engine_na
 -- Every series scraped (mapped or not), with the concept it stands for: the way into series
 -- no mapping knows (their samples are in server_metrics).
 -- @column trace: Trace label.
+-- @column clock: The clock of the samples' timestamps: client, server or scraper (a series scraped on two clocks has a row for each).
 -- @column name: Sample name as exported.
 -- @column labels: Labels, a JSON object.
 -- @column engine: The engine whose mapping knows the series; null for an unknown series.
@@ -90,8 +95,8 @@ SELECT engine, concept, replace(name, ':', '_'), kind, preference FROM engine_na
 -- @column first_ns: First scrape carrying it, nanoseconds on the metrics' clock.
 -- @column last_ns: Last scrape carrying it, nanoseconds on the metrics' clock.
 CREATE OR REPLACE VIEW engine_series AS
-SELECT m.trace, m.name, m.labels, n.engine, n.concept, m.part, count(*) AS samples,
-    min(m.ts_ns) AS first_ns, max(m.ts_ns) AS last_ns
+SELECT m.trace, coalesce(m.clock, 'client') AS clock, m.name, m.labels, n.engine, n.concept, m.part,
+    count(*) AS samples, min(m.ts_ns) AS first_ns, max(m.ts_ns) AS last_ns
 FROM (SELECT *, CASE WHEN name LIKE '%\_bucket' ESCAPE '\' THEN 'bucket'
                      WHEN name LIKE '%\_sum' ESCAPE '\' THEN 'sum'
                      WHEN name LIKE '%\_count' ESCAPE '\' THEN 'count' END AS part
@@ -101,17 +106,9 @@ LEFT JOIN _engine_names_all AS n
         AND m.name = n.name || '_' || m.part)
 GROUP BY ALL;
 
--- Per trace and concept, the one series name used (the best preference present).
-CREATE OR REPLACE TEMP TABLE _engine_pick AS
-SELECT trace, concept, arg_min(engine, preference) AS engine, arg_min(base, preference) AS name,
-    arg_min(kind, preference) AS kind
-FROM (SELECT DISTINCT s.trace, s.concept, s.engine, n.name AS base, n.kind, n.preference
-      FROM engine_series AS s JOIN _engine_names_all AS n ON n.engine = s.engine AND n.concept = s.concept
-          AND (s.name = n.name OR s.name = n.name || '_' || s.part))
-GROUP BY trace, concept;
-
 -- @table engine_window
--- The measured window of each trace with engine metrics, on the metrics' clock.
+-- The measured window of each trace with engine metrics, on the metrics' clock (one per trace:
+-- see the module's header for the clock read when the samples are on several).
 -- @column trace: Trace label.
 -- @column clock: The clock of the scrapes' timestamps: client, server or scraper.
 -- @column start_ns: Window start, nanoseconds: the first request's start (or the first scrape).
@@ -120,8 +117,8 @@ GROUP BY trace, concept;
 -- @column scrapes: Scrapes inside the window.
 CREATE OR REPLACE TEMP TABLE engine_window AS
 WITH m AS (
-    SELECT trace, coalesce(any_value(clock), 'client') AS clock, min(ts_ns) AS first_ns, max(ts_ns) AS last_ns
-    FROM server_metrics GROUP BY trace
+    SELECT trace, coalesce(clock, 'client') AS clock, min(ts_ns) AS first_ns, max(ts_ns) AS last_ns
+    FROM server_metrics GROUP BY ALL
 ), r AS (
     SELECT trace, clock, min(start_ns) AS start_ns, max(end_ns) AS end_ns
     FROM spans
@@ -129,12 +126,28 @@ WITH m AS (
     GROUP BY trace, clock
 ), w AS (
     SELECT m.trace, m.clock, coalesce(r.start_ns, m.first_ns) AS start_ns, coalesce(r.end_ns, m.last_ns) AS end_ns,
-        CASE WHEN r.start_ns IS NULL THEN 'scrapes' ELSE 'requests' END AS basis
+        CASE WHEN r.start_ns IS NULL THEN 'scrapes' ELSE 'requests' END AS basis,
+        row_number() OVER (PARTITION BY m.trace ORDER BY r.start_ns IS NULL,
+                           CASE m.clock WHEN 'client' THEN 1 WHEN 'server' THEN 2 WHEN 'scraper' THEN 3 ELSE 4 END,
+                           m.clock) AS pick
     FROM m LEFT JOIN r ON r.trace = m.trace AND r.clock = m.clock
 )
-SELECT w.*, (SELECT count(DISTINCT s.ts_ns) FROM server_metrics AS s
-             WHERE s.trace = w.trace AND s.ts_ns BETWEEN w.start_ns AND w.end_ns) AS scrapes
-FROM w;
+SELECT w.trace, w.clock, w.start_ns, w.end_ns, w.basis,
+    (SELECT count(DISTINCT s.ts_ns) FROM server_metrics AS s
+     WHERE s.trace = w.trace AND coalesce(s.clock, 'client') = w.clock
+         AND s.ts_ns BETWEEN w.start_ns AND w.end_ns) AS scrapes
+FROM w WHERE w.pick = 1;
+
+-- Per trace and concept, the one series name used (the best preference present on the window's clock).
+CREATE OR REPLACE TEMP TABLE _engine_pick AS
+SELECT trace, concept, arg_min(engine, preference) AS engine, arg_min(base, preference) AS name,
+    arg_min(kind, preference) AS kind
+FROM (SELECT DISTINCT s.trace, s.concept, s.engine, n.name AS base, n.kind, n.preference
+      FROM engine_series AS s
+      JOIN engine_window AS w ON w.trace = s.trace AND w.clock = s.clock
+      JOIN _engine_names_all AS n ON n.engine = s.engine AND n.concept = s.concept
+          AND (s.name = n.name OR s.name = n.name || '_' || s.part))
+GROUP BY trace, concept;
 
 -- The mapped samples of the picked series, with the histogram part and bucket bound.
 CREATE OR REPLACE VIEW _engine_samples AS
@@ -145,6 +158,7 @@ SELECT m.trace, p.concept, p.kind, m.ts_ns, m.labels, m.value,
         AND json_valid(m.labels)
         THEN try_cast(replace(json_extract_string(m.labels, '$.le'), '+Inf', 'inf') AS DOUBLE) END AS le
 FROM server_metrics AS m
+JOIN engine_window AS w ON w.trace = m.trace AND w.clock = coalesce(m.clock, 'client')
 JOIN _engine_pick AS p ON p.trace = m.trace
     AND (m.name = p.name OR (p.kind = 'histogram' AND m.name IN (p.name || '_bucket', p.name || '_sum',
                                                                    p.name || '_count')));
@@ -252,7 +266,7 @@ LEFT JOIN _engine_quantiles AS q95 ON q95.trace = p.trace AND q95.concept = p.co
 -- @column clock: The clock of the scrapes: client, server or scraper.
 -- @column window_s: Length of the measured window, seconds.
 -- @column scrapes: Scrapes inside the window.
--- @column series: Distinct series scraped (mapped or not).
+-- @column series: Distinct series scraped (mapped or not) on the window's clock.
 -- @column requests_waiting_mean: Mean requests waiting over the window's scrapes.
 -- @column requests_waiting_max: Most requests waiting at one scrape.
 -- @column requests_running_mean: Mean requests running over the window's scrapes.
@@ -313,7 +327,8 @@ x AS (
     FROM s GROUP BY trace
 )
 SELECT w.trace, x.source, w.clock, (w.end_ns - w.start_ns) / 1e9 AS window_s, w.scrapes,
-    (SELECT count(*) FROM (SELECT DISTINCT name, labels FROM server_metrics AS m WHERE m.trace = w.trace)) AS series,
+    (SELECT count(*) FROM (SELECT DISTINCT name, labels FROM server_metrics AS m
+                           WHERE m.trace = w.trace AND coalesce(m.clock, 'client') = w.clock)) AS series,
     x.* EXCLUDE (trace, source, baseline), coalesce(x.baseline, true) AS baseline
 FROM engine_window AS w LEFT JOIN x USING (trace);
 
