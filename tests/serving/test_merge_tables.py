@@ -43,6 +43,10 @@ def vllm_scrapes(t0: int, *, waiting: tuple[float, float, float]) -> list[tuple[
     return rows
 
 
+#: what the probe writes into meta.json about its scraping (collectors/prometheus.py)
+SCRAPE_META = {"url": "http://127.0.0.1:8000/metrics", "interval_s": 1.0, "clock": "client", "scrapes": 3}
+
+
 def client_trace(directory: Path, extra: dict[str, pa.Table] | None = None) -> Path:
     """A probe's trace: two requests over [0, 150] ms of the client clock, the engine scraped."""
     spans = spans_table([("r1", "client.request", 0, 100 * MS, "client"),
@@ -54,7 +58,7 @@ def client_trace(directory: Path, extra: dict[str, pa.Table] | None = None) -> P
                          "status": ["ok", "ok"]})
     tables = {"spans": spans, "tokens": tokens, "requests": requests,
               "server_metrics": metrics(vllm_scrapes(0, waiting=(0.0, 1.0, 0.0)), "client"), **(extra or {})}
-    return make_trace(directory, tables, {"clocks": {"client": "probe clock"}})
+    return make_trace(directory, tables, {"clocks": {"client": "probe clock"}, "server_metrics": SCRAPE_META})
 
 
 def server_trace(directory: Path, extra: dict[str, pa.Table] | None = None) -> Path:
@@ -80,6 +84,7 @@ def test_merge_keeps_the_probes_engine_metrics(tmp_path: Path, cli: Any) -> None
     merge_traces(client, server_trace(tmp_path / "server"), tmp_path / "joined")
     joined = open_trace(tmp_path / "joined")
     assert joined.rows("server_metrics") == open_trace(client).rows("server_metrics")
+    assert joined.meta["server_metrics"] == SCRAPE_META and not [n for n in joined.meta["notes"] if "not kept" in n]
     alone, merged = engine(cli, client), engine(cli, tmp_path / "joined")
     assert alone is not None and alone["queue_time_ms"]["n"] == 2 and alone["preemptions"] == 1
     assert alone["clock"] == "client" and alone["requests_waiting"]["max"] == 1
