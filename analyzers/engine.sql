@@ -230,11 +230,12 @@ FROM e;
 -- finite bucket to interpolate in.
 CREATE OR REPLACE VIEW _engine_quantiles AS
 WITH k AS (
+    -- the bucket the quantile falls in (the first whose cumulative count reaches q x total)
     SELECT trace, concept, q,
         arg_min(CASE WHEN isinf(le) THEN prev_le
                      ELSE lo + (le - lo) * (q * total - coalesce(prev_cum, 0)) / nullif(n_in, 0) END, le) AS interpolated,
-        arg_min(lo, le) AS lo, min(le) AS hi, arg_min(n_above, le) AS n_above,
-        arg_min(above_min_sum, le) AS above_min_sum
+        arg_min(lo, le) AS bucket_lo, min(le) AS bucket_hi, arg_min(n_above, le) AS bucket_n_above,
+        arg_min(above_min_sum, le) AS bucket_above_min_sum
     FROM _engine_buckets, (SELECT 0.5 AS q UNION ALL SELECT 0.95)
     WHERE total > 0 AND cum >= q * total
     GROUP BY trace, concept, q
@@ -242,18 +243,19 @@ WITH k AS (
     SELECT trace, concept, sum(delta) FILTER (WHERE part = 'sum') AS s, sum(delta) FILTER (WHERE part = 'count') AS n
     FROM _engine_increase GROUP BY trace, concept
 ), b AS (
-    SELECT k.*, CASE WHEN (1 - k.q) * sc.n - k.n_above > 0
-                     THEN (sc.s - k.above_min_sum) / ((1 - k.q) * sc.n - k.n_above) END AS sum_bound
+    SELECT k.*, CASE WHEN (1 - k.q) * sc.n - k.bucket_n_above > 0
+                     THEN (sc.s - k.bucket_above_min_sum) / ((1 - k.q) * sc.n - k.bucket_n_above) END AS sum_bound
     FROM k LEFT JOIN sc ON sc.trace = k.trace AND sc.concept = k.concept
 ), m AS (
     -- (greatest and least skip nulls: every argument below is known)
-    SELECT *, CASE WHEN sum_bound IS NULL THEN (CASE WHEN NOT isinf(hi) THEN hi END)
-                   WHEN isinf(hi) THEN greatest(lo, sum_bound) ELSE greatest(lo, least(hi, sum_bound)) END AS bound
+    SELECT *, CASE WHEN sum_bound IS NULL THEN (CASE WHEN NOT isinf(bucket_hi) THEN bucket_hi END)
+                   WHEN isinf(bucket_hi) THEN greatest(bucket_lo, sum_bound)
+                   ELSE greatest(bucket_lo, least(bucket_hi, sum_bound)) END AS bound
     FROM b
 )
 SELECT trace, concept, q,
     CASE WHEN interpolated IS NULL OR bound IS NULL THEN interpolated
-         ELSE greatest(lo, least(interpolated, bound)) END AS value,
+         ELSE greatest(bucket_lo, least(interpolated, bound)) END AS value,
     bound AS value_max
 FROM m;
 
