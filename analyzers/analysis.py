@@ -57,7 +57,7 @@ class Analysis:
         roofline_inputs: per trace, the model and hardware numbers the roofline used.
         thresholds: the thresholds verdicts and findings used.
         traces: per-trace analyses (just ``[self]`` for one trace).
-        warnings: reader warnings (cut streams, unclosed recordings).
+        warnings: reader warnings (cut streams, unclosed recordings), then meta.json model keys not used.
         con: the DuckDB connection holding every analyzer object (see analyzers.connect). The
             trace tables are registered on this connection only, so ``con.cursor()`` does not see
             them; from several threads, use :meth:`query`, which serialises access.
@@ -304,9 +304,15 @@ def _collect(con: duckdb.DuckDBPyConnection, traces: list[Trace], roof: list[Roo
         raise BadInput(f"{', '.join(str(t.path) for t in traces)}: nothing to measure: no request has a "
                        "client.request, server.request or server-clock span, and there are no tokens")
     tables = {name: con.sql(f"SELECT * FROM {name}").to_arrow_table() for name in TABLES}
-    warnings = [w for t in traces for w in t.warnings]
     return Analysis(label=label, paths=[str(t.path) for t in traces], tables=tables, roofline_inputs=roof,
-                    thresholds=th, con=con, warnings=warnings, _lock=lock)
+                    thresholds=th, con=con, warnings=input_warnings(traces, roof), _lock=lock)
+
+
+def input_warnings(traces: Sequence[Trace], roof: Sequence[RooflineInputs]) -> list[str]:
+    """The analysis's ``warnings``: each reader's (cut streams, unclosed recordings), then what of a
+    trace's meta.json model block the roofline could not use."""
+    return [*(w for t in traces for w in t.warnings),
+            *(f"{t.path}: {r.warning}" for t, r in zip(traces, roof, strict=True) if r.warning)]
 
 
 def check_usable(t: Trace) -> None:

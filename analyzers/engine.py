@@ -24,11 +24,14 @@ def _num(x: Any) -> float | None:
 
 
 def _times(row: dict[str, Any], concept: str) -> dict[str, Any] | None:
+    """A time histogram's window figures. Its percentiles come from buckets (``bucketed``): each
+    ``pNN`` is an estimate no greater than ``pNN_max``, the most the buckets, sum and count allow."""
     mean = _num(row.get(f"{concept}_ms_mean"))
     if mean is None:
         return None
     return {"mean": mean, "p50": _num(row.get(f"{concept}_ms_p50")), "p95": _num(row.get(f"{concept}_ms_p95")),
-            "n": row.get(f"{concept}_n")}
+            "n": row.get(f"{concept}_n"), "bucketed": True, "p50_max": _num(row.get(f"{concept}_ms_p50_max")),
+            "p95_max": _num(row.get(f"{concept}_ms_p95_max"))}
 
 
 def engine_json(summary: list[dict[str, Any]], stats: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -9,15 +9,22 @@
 -- The measured window of a trace is the first start to the last end of its request spans on
 -- the metrics' clock (client.request when the probe scraped, server.request when the
 -- recording process did); when the metrics' clock is another host's, the scrapes' own span.
+-- A trace whose samples are on several clocks (a merged trace: the probe's scrapes and the
+-- server's recording process's) is read on one of them, the first of client, server,
+-- scraper that has request spans (else the first present): two scrapers of one engine
+-- would count it twice.
 -- Gauges are averaged (and their maximum taken) over the scrapes inside the window. Counters
 -- and histogram series stay raw in the trace: their deltas are taken here, from the last
 -- scrape at or before the window's start (the scraper reads one before the first request, so
 -- a warm-up or earlier traffic never counts) to the first scrape at or after its end (the
 -- scraper reads one when the run ends), else the nearest inside; a counter that went down
 -- (an engine restart) counts from zero. Time histograms give a mean
--- (delta of _sum over delta of _count) and p50/p95 interpolated inside buckets, as
--- Prometheus's histogram_quantile does. Where several label sets carry one concept (several
--- models or data-parallel engines) counts and times add up; usage ratios are averaged.
+-- (delta of _sum over delta of _count) and p50/p95 from the bucket increases, never more
+-- precise than the buckets allow: each percentile has an upper bound, the bucket's upper edge
+-- or, when lower, what the sum and count allow (_engine_quantiles), and its estimate is
+-- Prometheus's histogram_quantile interpolation capped at that bound. Where several label
+-- sets carry one concept (several models or data-parallel engines) counts and times add up;
+-- usage ratios are averaged.
 
 -- @table engine_names
 -- The name mapping: which exported series stands for which concept, per engine, from each
@@ -81,6 +88,7 @@ SELECT engine, concept, replace(name, ':', '_'), kind, preference FROM engine_na
 -- Every series scraped (mapped or not), with the concept it stands for: the way into series
 -- no mapping knows (their samples are in server_metrics).
 -- @column trace: Trace label.
+-- @column clock: The clock of the samples' timestamps: client, server or scraper (a series scraped on two clocks has a row for each).
 -- @column name: Sample name as exported.
 -- @column labels: Labels, a JSON object.
 -- @column engine: The engine whose mapping knows the series; null for an unknown series.
@@ -90,8 +98,8 @@ SELECT engine, concept, replace(name, ':', '_'), kind, preference FROM engine_na
 -- @column first_ns: First scrape carrying it, nanoseconds on the metrics' clock.
 -- @column last_ns: Last scrape carrying it, nanoseconds on the metrics' clock.
 CREATE OR REPLACE VIEW engine_series AS
-SELECT m.trace, m.name, m.labels, n.engine, n.concept, m.part, count(*) AS samples,
-    min(m.ts_ns) AS first_ns, max(m.ts_ns) AS last_ns
+SELECT m.trace, coalesce(m.clock, 'client') AS clock, m.name, m.labels, n.engine, n.concept, m.part,
+    count(*) AS samples, min(m.ts_ns) AS first_ns, max(m.ts_ns) AS last_ns
 FROM (SELECT *, CASE WHEN name LIKE '%\_bucket' ESCAPE '\' THEN 'bucket'
                      WHEN name LIKE '%\_sum' ESCAPE '\' THEN 'sum'
                      WHEN name LIKE '%\_count' ESCAPE '\' THEN 'count' END AS part
@@ -101,17 +109,9 @@ LEFT JOIN _engine_names_all AS n
         AND m.name = n.name || '_' || m.part)
 GROUP BY ALL;
 
--- Per trace and concept, the one series name used (the best preference present).
-CREATE OR REPLACE TEMP TABLE _engine_pick AS
-SELECT trace, concept, arg_min(engine, preference) AS engine, arg_min(base, preference) AS name,
-    arg_min(kind, preference) AS kind
-FROM (SELECT DISTINCT s.trace, s.concept, s.engine, n.name AS base, n.kind, n.preference
-      FROM engine_series AS s JOIN _engine_names_all AS n ON n.engine = s.engine AND n.concept = s.concept
-          AND (s.name = n.name OR s.name = n.name || '_' || s.part))
-GROUP BY trace, concept;
-
 -- @table engine_window
--- The measured window of each trace with engine metrics, on the metrics' clock.
+-- The measured window of each trace with engine metrics, on the metrics' clock (one per trace:
+-- see the module's header for the clock read when the samples are on several).
 -- @column trace: Trace label.
 -- @column clock: The clock of the scrapes' timestamps: client, server or scraper.
 -- @column start_ns: Window start, nanoseconds: the first request's start (or the first scrape).
@@ -120,8 +120,8 @@ GROUP BY trace, concept;
 -- @column scrapes: Scrapes inside the window.
 CREATE OR REPLACE TEMP TABLE engine_window AS
 WITH m AS (
-    SELECT trace, coalesce(any_value(clock), 'client') AS clock, min(ts_ns) AS first_ns, max(ts_ns) AS last_ns
-    FROM server_metrics GROUP BY trace
+    SELECT trace, coalesce(clock, 'client') AS clock, min(ts_ns) AS first_ns, max(ts_ns) AS last_ns
+    FROM server_metrics GROUP BY ALL
 ), r AS (
     SELECT trace, clock, min(start_ns) AS start_ns, max(end_ns) AS end_ns
     FROM spans
@@ -129,12 +129,28 @@ WITH m AS (
     GROUP BY trace, clock
 ), w AS (
     SELECT m.trace, m.clock, coalesce(r.start_ns, m.first_ns) AS start_ns, coalesce(r.end_ns, m.last_ns) AS end_ns,
-        CASE WHEN r.start_ns IS NULL THEN 'scrapes' ELSE 'requests' END AS basis
+        CASE WHEN r.start_ns IS NULL THEN 'scrapes' ELSE 'requests' END AS basis,
+        row_number() OVER (PARTITION BY m.trace ORDER BY r.start_ns IS NULL,
+                           CASE m.clock WHEN 'client' THEN 1 WHEN 'server' THEN 2 WHEN 'scraper' THEN 3 ELSE 4 END,
+                           m.clock) AS pick
     FROM m LEFT JOIN r ON r.trace = m.trace AND r.clock = m.clock
 )
-SELECT w.*, (SELECT count(DISTINCT s.ts_ns) FROM server_metrics AS s
-             WHERE s.trace = w.trace AND s.ts_ns BETWEEN w.start_ns AND w.end_ns) AS scrapes
-FROM w;
+SELECT w.trace, w.clock, w.start_ns, w.end_ns, w.basis,
+    (SELECT count(DISTINCT s.ts_ns) FROM server_metrics AS s
+     WHERE s.trace = w.trace AND coalesce(s.clock, 'client') = w.clock
+         AND s.ts_ns BETWEEN w.start_ns AND w.end_ns) AS scrapes
+FROM w WHERE w.pick = 1;
+
+-- Per trace and concept, the one series name used (the best preference present on the window's clock).
+CREATE OR REPLACE TEMP TABLE _engine_pick AS
+SELECT trace, concept, arg_min(engine, preference) AS engine, arg_min(base, preference) AS name,
+    arg_min(kind, preference) AS kind
+FROM (SELECT DISTINCT s.trace, s.concept, s.engine, n.name AS base, n.kind, n.preference
+      FROM engine_series AS s
+      JOIN engine_window AS w ON w.trace = s.trace AND w.clock = s.clock
+      JOIN _engine_names_all AS n ON n.engine = s.engine AND n.concept = s.concept
+          AND (s.name = n.name OR s.name = n.name || '_' || s.part))
+GROUP BY trace, concept;
 
 -- The mapped samples of the picked series, with the histogram part and bucket bound.
 CREATE OR REPLACE VIEW _engine_samples AS
@@ -145,6 +161,7 @@ SELECT m.trace, p.concept, p.kind, m.ts_ns, m.labels, m.value,
         AND json_valid(m.labels)
         THEN try_cast(replace(json_extract_string(m.labels, '$.le'), '+Inf', 'inf') AS DOUBLE) END AS le
 FROM server_metrics AS m
+JOIN engine_window AS w ON w.trace = m.trace AND w.clock = coalesce(m.clock, 'client')
 JOIN _engine_pick AS p ON p.trace = m.trace
     AND (m.name = p.name OR (p.kind = 'histogram' AND m.name IN (p.name || '_bucket', p.name || '_sum',
                                                                    p.name || '_count')));
@@ -181,25 +198,66 @@ SELECT trace, concept, labels, part, le, has_baseline,
     CASE WHEN v_end >= v_start THEN v_end - v_start ELSE v_end END AS delta
 FROM _engine_deltas;
 
--- Bucket increases summed over label sets, cumulative by bound (as exported).
+-- Bucket increases summed over label sets, cumulative by bound (as exported); per bucket its lower
+-- edge (0 below the first bound), its own observations, and those of the buckets above it: how
+-- many, and their least possible sum (each at its bucket's lower edge).
 CREATE OR REPLACE VIEW _engine_buckets AS
-SELECT trace, concept, le, sum(delta) AS cum,
-    lag(le) OVER (PARTITION BY trace, concept ORDER BY le) AS prev_le,
-    lag(sum(delta)) OVER (PARTITION BY trace, concept ORDER BY le) AS prev_cum,
-    max(sum(delta)) OVER (PARTITION BY trace, concept) AS total
-FROM _engine_increase
-WHERE part = 'bucket' AND le IS NOT NULL
-GROUP BY trace, concept, le;
+WITH b AS (
+    SELECT trace, concept, le, sum(delta) AS cum,
+        lag(le) OVER (PARTITION BY trace, concept ORDER BY le) AS prev_le,
+        lag(sum(delta)) OVER (PARTITION BY trace, concept ORDER BY le) AS prev_cum,
+        max(sum(delta)) OVER (PARTITION BY trace, concept) AS total
+    FROM _engine_increase
+    WHERE part = 'bucket' AND le IS NOT NULL
+    GROUP BY trace, concept, le
+), e AS (
+    SELECT *, coalesce(prev_le, least(le, 0.0)) AS lo, cum - coalesce(prev_cum, 0) AS n_in FROM b
+)
+SELECT *, total - cum AS n_above,
+    coalesce(sum(lo * n_in) OVER (PARTITION BY trace, concept ORDER BY le
+                                  ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING), 0) AS above_min_sum
+FROM e;
 
--- The q-quantile of each histogram, linearly interpolated inside its bucket (histogram_quantile).
+-- The q-quantile of each histogram. It lies in the first bucket (lo, le] whose cumulative count
+-- reaches q x total. Its upper bound: le, and what the sum S and count n allow. At least
+-- (1 - q) n observations are at or above it: the n_above ones in higher buckets are each at
+-- least their bucket's lower edge, the others at least the quantile itself, and none is below
+-- zero, so quantile <= (S - above_min_sum) / ((1 - q) n - n_above) when that denominator is
+-- positive (a vLLM at low load: 24 queue times summing to 0.72 ms, all in (0, 0.3 s], have a
+-- median of at most 0.06 ms, where interpolating inside the bucket said 150 ms). The estimate
+-- is histogram_quantile's linear interpolation inside the bucket (its lower edge in the +Inf
+-- bucket), capped at the bound, never below the bucket's lower edge; null where there is no
+-- finite bucket to interpolate in.
 CREATE OR REPLACE VIEW _engine_quantiles AS
+WITH k AS (
+    -- the bucket the quantile falls in (the first whose cumulative count reaches q x total)
+    SELECT trace, concept, q,
+        arg_min(CASE WHEN isinf(le) THEN prev_le
+                     ELSE lo + (le - lo) * (q * total - coalesce(prev_cum, 0)) / nullif(n_in, 0) END, le) AS interpolated,
+        arg_min(lo, le) AS bucket_lo, min(le) AS bucket_hi, arg_min(n_above, le) AS bucket_n_above,
+        arg_min(above_min_sum, le) AS bucket_above_min_sum
+    FROM _engine_buckets, (SELECT 0.5 AS q UNION ALL SELECT 0.95)
+    WHERE total > 0 AND cum >= q * total
+    GROUP BY trace, concept, q
+), sc AS (
+    SELECT trace, concept, sum(delta) FILTER (WHERE part = 'sum') AS s, sum(delta) FILTER (WHERE part = 'count') AS n
+    FROM _engine_increase GROUP BY trace, concept
+), b AS (
+    SELECT k.*, CASE WHEN (1 - k.q) * sc.n - k.bucket_n_above > 0
+                     THEN (sc.s - k.bucket_above_min_sum) / ((1 - k.q) * sc.n - k.bucket_n_above) END AS sum_bound
+    FROM k LEFT JOIN sc ON sc.trace = k.trace AND sc.concept = k.concept
+), m AS (
+    -- (greatest and least skip nulls: every argument below is known)
+    SELECT *, CASE WHEN sum_bound IS NULL THEN (CASE WHEN NOT isinf(bucket_hi) THEN bucket_hi END)
+                   WHEN isinf(bucket_hi) THEN greatest(bucket_lo, sum_bound)
+                   ELSE greatest(bucket_lo, least(bucket_hi, sum_bound)) END AS bound
+    FROM b
+)
 SELECT trace, concept, q,
-    arg_min(CASE WHEN isinf(le) THEN prev_le
-                 ELSE coalesce(prev_le, least(le, 0.0)) + (le - coalesce(prev_le, least(le, 0.0)))
-                     * (q * total - coalesce(prev_cum, 0)) / nullif(cum - coalesce(prev_cum, 0), 0) END, le) AS value
-FROM _engine_buckets, (SELECT 0.5 AS q UNION ALL SELECT 0.95)
-WHERE total > 0 AND cum >= q * total
-GROUP BY trace, concept, q;
+    CASE WHEN interpolated IS NULL OR bound IS NULL THEN interpolated
+         ELSE greatest(bucket_lo, least(interpolated, bound)) END AS value,
+    bound AS value_max
+FROM m;
 
 -- @table engine_stats
 -- One row per trace and mapped concept: the window aggregate the analysis reports.
@@ -212,8 +270,10 @@ GROUP BY trace, concept, q;
 -- @column mean: Gauges: mean over the window's scrapes; histograms: mean observation (delta sum / delta count), the series' unit (seconds); null for counters.
 -- @column max: Gauges: maximum over the window's scrapes; null otherwise.
 -- @column delta: Counters: increase over the window; histograms: observations in the window; null for gauges.
--- @column p50: Histograms: median estimated from the bucket increases, the series' unit; null otherwise.
--- @column p95: Histograms: 95th percentile estimated from the bucket increases; null otherwise.
+-- @column p50: Histograms: median estimated from the bucket increases (interpolated inside its bucket, capped at p50_max), the series' unit; null otherwise, or when it falls in the +Inf bucket with no finite bound below.
+-- @column p95: Histograms: 95th percentile estimated from the bucket increases (capped at p95_max); null otherwise.
+-- @column p50_max: Histograms: upper bound of the median that the buckets, the sum and the count allow, the series' unit; null when nothing bounds it.
+-- @column p95_max: Histograms: upper bound of the 95th percentile that the buckets, the sum and the count allow; null when nothing bounds it.
 -- @column baseline: Whether a scrape at or before the window's start was the baseline of the deltas (false: the first scrape inside the window was, and earlier observations in the window are missed).
 CREATE OR REPLACE TEMP TABLE engine_stats AS
 WITH g AS (
@@ -237,7 +297,7 @@ SELECT p.trace, p.concept, p.engine, p.name AS series, p.kind,
     CASE WHEN p.kind = 'gauge' THEN g.mean WHEN p.kind = 'histogram' THEN d.sum_delta / nullif(d.count_delta, 0) END AS mean,
     CASE WHEN p.kind = 'gauge' THEN g.max END AS max,
     CASE WHEN p.kind = 'counter' THEN d.counter_delta WHEN p.kind = 'histogram' THEN d.count_delta END AS delta,
-    q50.value AS p50, q95.value AS p95,
+    q50.value AS p50, q95.value AS p95, q50.value_max AS p50_max, q95.value_max AS p95_max,
     d.baseline
 FROM _engine_pick AS p
 LEFT JOIN g ON g.trace = p.trace AND g.concept = p.concept
@@ -252,7 +312,7 @@ LEFT JOIN _engine_quantiles AS q95 ON q95.trace = p.trace AND q95.concept = p.co
 -- @column clock: The clock of the scrapes: client, server or scraper.
 -- @column window_s: Length of the measured window, seconds.
 -- @column scrapes: Scrapes inside the window.
--- @column series: Distinct series scraped (mapped or not).
+-- @column series: Distinct series scraped (mapped or not) on the window's clock.
 -- @column requests_waiting_mean: Mean requests waiting over the window's scrapes.
 -- @column requests_waiting_max: Most requests waiting at one scrape.
 -- @column requests_running_mean: Mean requests running over the window's scrapes.
@@ -262,20 +322,28 @@ LEFT JOIN _engine_quantiles AS q95 ON q95.trace = p.trace AND q95.concept = p.co
 -- @column preemptions: Preemptions counted in the window; null when the engine exports no such counter.
 -- @column prefix_cache_hit_rate: Prefix-cache hits / queries in the window, else the engine's own hit-rate gauge averaged, fraction 0-1; null when neither is exported or nothing was queried.
 -- @column queue_time_ms_mean: Mean time requests spent waiting, milliseconds (histogram sum/count deltas).
--- @column queue_time_ms_p50: Median queue time estimated from buckets, milliseconds.
--- @column queue_time_ms_p95: 95th percentile queue time estimated from buckets, milliseconds.
+-- @column queue_time_ms_p50: Median queue time estimated from buckets (interpolated, capped at queue_time_ms_p50_max), milliseconds.
+-- @column queue_time_ms_p95: 95th percentile queue time estimated from buckets (capped at queue_time_ms_p95_max), milliseconds.
+-- @column queue_time_ms_p50_max: Upper bound of the median queue time that the buckets, sum and count allow, milliseconds (the median is at most this).
+-- @column queue_time_ms_p95_max: Upper bound of the 95th percentile queue time that the buckets, sum and count allow, milliseconds.
 -- @column queue_time_n: Requests the queue-time histogram observed in the window.
 -- @column prefill_time_ms_mean: Mean prefill time, milliseconds.
--- @column prefill_time_ms_p50: Median prefill time, milliseconds.
--- @column prefill_time_ms_p95: 95th percentile prefill time, milliseconds.
+-- @column prefill_time_ms_p50: Median prefill time estimated from buckets (capped at prefill_time_ms_p50_max), milliseconds.
+-- @column prefill_time_ms_p95: 95th percentile prefill time estimated from buckets (capped at prefill_time_ms_p95_max), milliseconds.
+-- @column prefill_time_ms_p50_max: Upper bound of the median prefill time that the buckets, sum and count allow, milliseconds (the median is at most this).
+-- @column prefill_time_ms_p95_max: Upper bound of the 95th percentile prefill time that the buckets, sum and count allow, milliseconds.
 -- @column prefill_time_n: Requests the prefill-time histogram observed in the window.
 -- @column decode_time_ms_mean: Mean decode time, milliseconds.
--- @column decode_time_ms_p50: Median decode time, milliseconds.
--- @column decode_time_ms_p95: 95th percentile decode time, milliseconds.
+-- @column decode_time_ms_p50: Median decode time estimated from buckets (capped at decode_time_ms_p50_max), milliseconds.
+-- @column decode_time_ms_p95: 95th percentile decode time estimated from buckets (capped at decode_time_ms_p95_max), milliseconds.
+-- @column decode_time_ms_p50_max: Upper bound of the median decode time that the buckets, sum and count allow, milliseconds (the median is at most this).
+-- @column decode_time_ms_p95_max: Upper bound of the 95th percentile decode time that the buckets, sum and count allow, milliseconds.
 -- @column decode_time_n: Requests the decode-time histogram observed in the window.
 -- @column tokenize_time_ms_mean: Mean tokenization (TGI: validation) time, milliseconds.
--- @column tokenize_time_ms_p50: Median tokenization time, milliseconds.
--- @column tokenize_time_ms_p95: 95th percentile tokenization time, milliseconds.
+-- @column tokenize_time_ms_p50: Median tokenization time estimated from buckets (capped at tokenize_time_ms_p50_max), milliseconds.
+-- @column tokenize_time_ms_p95: 95th percentile tokenization time estimated from buckets (capped at tokenize_time_ms_p95_max), milliseconds.
+-- @column tokenize_time_ms_p50_max: Upper bound of the median tokenization time that the buckets, sum and count allow, milliseconds (the median is at most this).
+-- @column tokenize_time_ms_p95_max: Upper bound of the 95th percentile tokenization time that the buckets, sum and count allow, milliseconds.
 -- @column tokenize_time_n: Requests the tokenize-time histogram observed in the window.
 -- @column baseline: Whether every delta had a scrape at or before the window's start as its baseline.
 CREATE OR REPLACE TEMP TABLE engine_summary AS
@@ -296,24 +364,33 @@ x AS (
         any_value(mean * 1000) FILTER (WHERE concept = 'queue_time') AS queue_time_ms_mean,
         any_value(p50 * 1000) FILTER (WHERE concept = 'queue_time') AS queue_time_ms_p50,
         any_value(p95 * 1000) FILTER (WHERE concept = 'queue_time') AS queue_time_ms_p95,
+        any_value(p50_max * 1000) FILTER (WHERE concept = 'queue_time') AS queue_time_ms_p50_max,
+        any_value(p95_max * 1000) FILTER (WHERE concept = 'queue_time') AS queue_time_ms_p95_max,
         any_value(samples) FILTER (WHERE concept = 'queue_time') AS queue_time_n,
         any_value(mean * 1000) FILTER (WHERE concept = 'prefill_time') AS prefill_time_ms_mean,
         any_value(p50 * 1000) FILTER (WHERE concept = 'prefill_time') AS prefill_time_ms_p50,
         any_value(p95 * 1000) FILTER (WHERE concept = 'prefill_time') AS prefill_time_ms_p95,
+        any_value(p50_max * 1000) FILTER (WHERE concept = 'prefill_time') AS prefill_time_ms_p50_max,
+        any_value(p95_max * 1000) FILTER (WHERE concept = 'prefill_time') AS prefill_time_ms_p95_max,
         any_value(samples) FILTER (WHERE concept = 'prefill_time') AS prefill_time_n,
         any_value(mean * 1000) FILTER (WHERE concept = 'decode_time') AS decode_time_ms_mean,
         any_value(p50 * 1000) FILTER (WHERE concept = 'decode_time') AS decode_time_ms_p50,
         any_value(p95 * 1000) FILTER (WHERE concept = 'decode_time') AS decode_time_ms_p95,
+        any_value(p50_max * 1000) FILTER (WHERE concept = 'decode_time') AS decode_time_ms_p50_max,
+        any_value(p95_max * 1000) FILTER (WHERE concept = 'decode_time') AS decode_time_ms_p95_max,
         any_value(samples) FILTER (WHERE concept = 'decode_time') AS decode_time_n,
         any_value(mean * 1000) FILTER (WHERE concept = 'tokenize_time') AS tokenize_time_ms_mean,
         any_value(p50 * 1000) FILTER (WHERE concept = 'tokenize_time') AS tokenize_time_ms_p50,
         any_value(p95 * 1000) FILTER (WHERE concept = 'tokenize_time') AS tokenize_time_ms_p95,
+        any_value(p50_max * 1000) FILTER (WHERE concept = 'tokenize_time') AS tokenize_time_ms_p50_max,
+        any_value(p95_max * 1000) FILTER (WHERE concept = 'tokenize_time') AS tokenize_time_ms_p95_max,
         any_value(samples) FILTER (WHERE concept = 'tokenize_time') AS tokenize_time_n,
         coalesce(bool_and(baseline), true) AS baseline
     FROM s GROUP BY trace
 )
 SELECT w.trace, x.source, w.clock, (w.end_ns - w.start_ns) / 1e9 AS window_s, w.scrapes,
-    (SELECT count(*) FROM (SELECT DISTINCT name, labels FROM server_metrics AS m WHERE m.trace = w.trace)) AS series,
+    (SELECT count(*) FROM (SELECT DISTINCT name, labels FROM server_metrics AS m
+                           WHERE m.trace = w.trace AND coalesce(m.clock, 'client') = w.clock)) AS series,
     x.* EXCLUDE (trace, source, baseline), coalesce(x.baseline, true) AS baseline
 FROM engine_window AS w LEFT JOIN x USING (trace);
 

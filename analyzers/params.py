@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from tracetool.errors import UsageError
+from tracetool.meta import model_block
 from tracetool.presets import dtype_bytes, gpu_preset, match_gpu_name, model_preset
 
 
@@ -147,6 +148,9 @@ class RooflineInputs:
     #: MoE: bytes of all routed experts' weights, all layers. ``weight_bytes`` holds k/E of them (one
     #: token's read); a batch of B sequences touches 1 - (1 - k/E)^B of them (docs/domain.md).
     expert_bytes: float | None = None
+    #: What of meta.json's model block was not used (tracetool.meta.model_block): one line for the
+    #: analysis's warnings; None when all of it was.
+    warning: str | None = None
 
     @property
     def complete(self) -> bool:
@@ -165,6 +169,9 @@ def roofline_inputs(meta: dict[str, Any], *, model: str | None = None, gpu: str 
     m = meta.get("model") if isinstance(meta.get("model"), dict) else {}
     h = meta.get("hardware") if isinstance(meta.get("hardware"), dict) else {}
     assert isinstance(m, dict) and isinstance(h, dict)
+    unused: str | None = None
+    if not model:  # Hugging Face names read as tracetool's; a preset replaces the block whole
+        m, unused = model_block(m)
     sources: list[str] = []
     # model
     name: str | None
@@ -229,7 +236,7 @@ def roofline_inputs(meta: dict[str, Any], *, model: str | None = None, gpu: str 
                           kv_bytes_per_token=kvb, mem_bw_bytes_per_s=bw, peak_flops=flops, params=params,
                           active_params=active, source=" + ".join(sources) or "none",
                           note="; ".join(notes) or None, experts=experts, experts_per_token=per_token,
-                          expert_bytes=expert_bytes)
+                          expert_bytes=expert_bytes, warning=unused)
 
 
 def _expert_bytes(params: float | None, active: float | None, experts: float | None, per_token: float | None,

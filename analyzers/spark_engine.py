@@ -23,7 +23,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from analyzers.analysis import TABLES, Analysis
+from analyzers.analysis import TABLES, Analysis, input_warnings
 from analyzers.connection import _hardware_rows, _traces_rows
 from analyzers.modules import all_modules
 from analyzers.params import ClaimSpec, RooflineInputs, Thresholds
@@ -164,7 +164,7 @@ def run(spark: Any, traces: Sequence[Trace], labels: Sequence[str], roof: Sequen
     for name, table in tables.items():
         con.register(name, table)
     return Analysis(label=label, paths=[str(t.path) for t in traces], tables=tables, roofline_inputs=list(roof),
-                    thresholds=thresholds, con=con, warnings=[w for t in traces for w in t.warnings])
+                    thresholds=thresholds, con=con, warnings=input_warnings(traces, roof))
 
 
 def _spark_type(t: object) -> str:

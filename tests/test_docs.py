@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tracetool.cli import COMMANDS
+from tracetool.meta import hf_names_markdown
 from tracetool.schema import tables_markdown
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,6 +35,14 @@ def test_trace_format_doc_tables_match_the_schema() -> None:
     section = doc[doc.index("\n", begin) + 1: doc.index("<!-- tables:end -->")]
     assert section.strip() == tables_markdown().strip(), \
         "docs/trace-format.md tables differ from tracetool/schema.py: regenerate with schema.tables_markdown()"
+
+
+def test_trace_format_doc_lists_the_hugging_face_names_read() -> None:
+    doc = (REPO / "docs" / "trace-format.md").read_text()
+    begin = doc.index("<!-- hf-names:begin")
+    section = doc[doc.index("\n", begin) + 1: doc.index("<!-- hf-names:end -->")]
+    assert section.strip() == hf_names_markdown().strip(), \
+        "docs/trace-format.md Hugging Face names differ from tracetool/meta.py: regenerate with meta.hf_names_markdown()"
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))

@@ -5,7 +5,11 @@ collectors (``tracetool serve``, or the ASGI middleware in a user's app) writes
 what the server did, under the same request ids (the probe sends them as
 ``X-Request-ID``). The merged trace holds:
 
-* the server trace's tables as they are (spans, tokens, steps, gpu, stacks, ...);
+* every table of both traces that the join does not build (:func:`other_tables`): a table one
+  side has as it is (the server's gpu, stacks, steps; the probe's ``server_metrics``); a table
+  both have concatenated where a ``clock`` column tells their rows apart (``server_metrics``
+  scraped by the probe and by the server's recording process), else the server trace's, and a
+  note in ``meta.json`` and in the report (:attr:`MergeReport.not_kept`) says what was left out;
 * the client trace's ``client``-clock spans (``client.request``,
   ``client.connect``, ...);
 * ``tokens.client_recv_ns`` filled from the client trace (see
@@ -34,7 +38,7 @@ from __future__ import annotations
 import bisect
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +70,8 @@ class MergeReport:
     #: how requests were matched (tracetool.otlp.join.IdJoin.as_dict): by id, trace id, embedded id;
     #: why the others were not
     id_join: dict[str, Any] | None = None
+    #: one line per table (or meta.json key) of the inputs the merged trace could not keep, and why
+    not_kept: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
@@ -115,15 +121,14 @@ def merge_traces(client_path: str | Path, server_path: str | Path, out: str | Pa
     median = int(statistics.median(off_list)) if off_list else None
     client_only = c_ids - s_ids
 
-    tables: dict[str, pa.Table] = {}
-    for name, t in server.tables.items():
-        tables[name] = t
+    tables, not_kept = other_tables(client, server)
     tables["spans"] = _spans(client, server, client_only, median or 0)
     tables["tokens"], with_recv, from_client = _tokens(client, server, median or 0, offsets)
     tables["requests"] = _requests(client, server)
     tables["clock_offsets"] = offsets
 
     meta = {k: v for k, v in server.meta.items() if k not in ("closed", "dropped_rows")}
+    not_kept += _client_meta(client.meta, meta)
     notes = list(server.meta.get("notes") or [])
     notes += [n for n in client.meta.get("notes") or [] if n not in notes]
     if from_client:
@@ -133,15 +138,98 @@ def merge_traces(client_path: str | Path, server_path: str | Path, out: str | Pa
     if "client" in (client.meta.get("clocks") or {}):
         clocks["client"] = client.meta["clocks"]["client"]
     report = MergeReport(out, len(c_ids), len(s_ids), len(joined), len(client_only), len(s_ids - c_ids),
-                         with_recv, median, id_join.as_dict())
+                         with_recv, median, id_join.as_dict(), not_kept)
     notes += [n for n in id_join.lines() if n not in notes]
+    notes += [n for n in not_kept if n not in notes]
     meta.update(notes=notes, clocks=clocks, closed=True, dropped_rows={},
                 merge={"client": str(client.path), "server": str(server.path),
-                       **{k: v for k, v in report.as_dict().items() if k != "out"}})
+                       **{k: v for k, v in report.as_dict().items() if k not in ("out", "not_kept")}})
     if "probe" in client.meta:
         meta["probe"] = client.meta["probe"]
     _write(out, meta, tables)
     return report
+
+
+#: Tables the join builds from both sides (the rest are kept by :func:`other_tables`).
+JOINED = ("spans", "tokens", "requests", "clock_offsets")
+#: meta.json keys merge writes itself, or that say how one recording went (the server's are kept).
+_OWN_META = ("format", "version", "created_unix_ns", "producer", "closed", "dropped_rows", "notes", "clocks",
+             "merge", "probe")
+
+
+def other_tables(client: Trace, server: Trace) -> tuple[dict[str, pa.Table], list[str]]:
+    """Every table of both traces but the joined ones, and a line for each set of rows not kept.
+
+    A table one side has (or only one side has rows in) is kept as it is. A table both have rows
+    in is concatenated where its ``clock`` column tells the two sides' rows apart: a probe's
+    ``server_metrics`` (client clock) beside those the server's recording process scraped
+    (server clock). Rows of a clock both sides use, a table without a clock (two hosts' gpu
+    samples, step ids that would collide) or columns that do not agree cannot be told apart or
+    joined: the server trace's rows are kept, and the line says what was left out.
+    """
+    tables: dict[str, pa.Table] = {}
+    not_kept: list[str] = []
+    for name in sorted(set(client.table_names()) | set(server.table_names())):
+        c = client.table(name) if client.has(name) else None
+        s = server.table(name) if server.has(name) else None
+        if name == "clock_offsets":
+            old = sum(t.num_rows for t in (c, s) if t is not None)
+            if old:
+                not_kept.append(f"clock_offsets: estimated again from the joined requests; the inputs' "
+                                f"{old:,} row(s) not kept")
+            continue
+        if name in JOINED:
+            continue
+        if s is not None and (c is None or not c.num_rows):
+            tables[name] = s
+        elif c is not None and (s is None or not s.num_rows):
+            tables[name] = c
+        elif c is not None and s is not None:
+            tables[name], why = _both(name, c, s)
+            if why:
+                not_kept.append(why)
+    return tables, not_kept
+
+
+def _both(name: str, c: pa.Table, s: pa.Table) -> tuple[pa.Table, str | None]:
+    """A table both traces have rows in: the rows kept, and why some of the client's were not."""
+    def lost(why: str, rows: int) -> str:
+        return f"{name}: {why}: the server trace's {s.num_rows:,} row(s) kept, {rows:,} row(s) of the client " \
+            "trace not kept"
+
+    if "clock" not in c.column_names or "clock" not in s.column_names:
+        return s, lost("both traces have this table and no clock column tells their rows apart", c.num_rows)
+    shared = set(pc.unique(c.column("clock")).to_pylist()) & set(pc.unique(s.column("clock")).to_pylist())
+    kept = c
+    if shared:
+        same = pc.is_in(c.column("clock"), value_set=pa.array(list(shared), c.schema.field("clock").type),
+                        skip_nulls=False)
+        kept = c.filter(pc.invert(same))
+    clocks = ", ".join(sorted("unnamed" if x is None else str(x) for x in shared))
+    why = lost(f"both traces hold rows on the {clocks} clock, which cannot be told apart",
+               c.num_rows - kept.num_rows) if shared else None
+    if not kept.num_rows:
+        return s, why
+    try:
+        return pa.concat_tables([s, kept], promote_options="permissive"), why
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        return s, lost(f"the two traces' columns do not agree ({' '.join(str(e).split())[:200]})", c.num_rows)
+
+
+def _client_meta(client: dict[str, Any], meta: dict[str, Any]) -> list[str]:
+    """Copy into ``meta`` (the server trace's) the client trace's meta.json keys it lacks (the
+    probe's ``server_metrics`` block: URL, interval, scrapes); a line for each key both have
+    with different values, where the server's is kept."""
+    out = []
+    for k, v in client.items():
+        if k in _OWN_META:
+            continue
+        if k not in meta:
+            meta[k] = v
+        elif meta[k] != v:
+            out.append(f"meta.json {k}: both traces have it and they differ: the server trace's kept, "
+                       "the client trace's not kept")
+    return out
 
 
 def _has_clock(trace: Trace, clock: str) -> bool:

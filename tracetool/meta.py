@@ -18,7 +18,59 @@ MODEL_NUMBERS = ("params", "active_params", "layers", "kv_heads", "head_dim",
                  "weight_bytes_per_param", "kv_bytes_per_elem", "kv_bytes_per_token",
                  "hidden", "heads", "vocab", "experts", "experts_per_token", "kv_lora_rank",
                  "qk_rope_head_dim")
+#: Other keys of the model block: read (``tied_embeddings``), or written by tracetool's own
+#: collectors for people (``weight_bytes``: the checkpoint's size, not what a step reads).
+MODEL_OTHER = ("name", "tied_embeddings", "preset", "dtype", "architecture", "weight_bytes")
+#: Hugging Face ``config.json`` names of the model block's keys, looked for in this order: a
+#: block written with them (a Mixtral block with ``num_local_experts``) reads as one in
+#: tracetool's names (:func:`model_block`), and ``tracetool.presets.from_hf_config`` reads a
+#: config.json through the same table.
+HF_MODEL_NAMES: dict[str, tuple[str, ...]] = {
+    "name": ("_name_or_path",),
+    "layers": ("num_hidden_layers", "n_layer"),
+    "hidden": ("hidden_size", "n_embd"),
+    "heads": ("num_attention_heads", "n_head"),
+    "kv_heads": ("num_key_value_heads",),
+    "head_dim": ("head_dim",),
+    "vocab": ("vocab_size",),
+    # Mixtral, DeepSeek, Qwen-MoE / OLMoE: routed experts per MoE layer
+    "experts": ("num_local_experts", "n_routed_experts", "num_experts"),
+    "experts_per_token": ("num_experts_per_tok",),
+    "kv_lora_rank": ("kv_lora_rank",),
+    "qk_rope_head_dim": ("qk_rope_head_dim",),
+    "params": ("num_parameters",),
+    "tied_embeddings": ("tie_word_embeddings",),
+}
 HARDWARE_NUMBERS = ("gpu_count", "mem_bw_bytes_per_s", "peak_flops")
+
+
+def model_block(block: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """A ``meta.json`` model block in tracetool's names, and one line naming what of it is not used.
+
+    A Hugging Face name (:data:`HF_MODEL_NAMES`) stands for tracetool's key where that key is
+    not given; where it is, tracetool's is read and the other is not used. Keys that hold a
+    number and that neither name knows (``intermediate_size``, a typo such as ``kv_head``) look
+    like model facts the roofline would silently leave out: the line lists them, and the
+    aliases not used, so that a block is never half read without a word. None when all is used.
+    """
+    out = dict(block)
+    unused: list[str] = []
+    for key, names in HF_MODEL_NAMES.items():
+        for name in names:
+            value = block.get(name)
+            if name == key or value is None:
+                continue
+            if out.get(key) is None:
+                out[key] = value
+            elif out[key] != value:
+                unused.append(f"{name} ({value}; {key} {out[key]} is read)")
+    known = {*MODEL_NUMBERS, *MODEL_OTHER, *(n for names in HF_MODEL_NAMES.values() for n in names)}
+    unused += sorted(k for k, v in block.items()
+                     if k not in known and isinstance(v, (int, float)) and not isinstance(v, bool))
+    if not unused:
+        return out, None
+    return out, (f"meta.json model block: {', '.join(unused)} not used (the keys read, and their Hugging Face "
+                 "names, are in docs/trace-format.md)")
 
 
 def new_meta(**fields: Any) -> dict[str, Any]:
@@ -78,7 +130,8 @@ def check_meta(meta: Any, where: str = META_FILE) -> dict[str, Any]:
     if version != VERSION:
         raise TraceFormatError(f"unsupported trace version {version} (this tracetool reads version {VERSION})",
                                path=where)
-    for block, numbers in (("model", MODEL_NUMBERS), ("hardware", HARDWARE_NUMBERS)):
+    model_numbers = (*MODEL_NUMBERS, *(n for k in MODEL_NUMBERS for n in HF_MODEL_NAMES.get(k, ()) if n != k))
+    for block, numbers in (("model", model_numbers), ("hardware", HARDWARE_NUMBERS)):
         value = meta.get(block)
         if value is None:
             continue
@@ -92,6 +145,13 @@ def check_meta(meta: Any, where: str = META_FILE) -> dict[str, Any]:
         if key in meta and not isinstance(meta[key], kind):
             raise TraceFormatError(f'"{key}" must be a JSON {kind.__name__}', path=where)
     return meta
+
+
+def hf_names_markdown() -> str:
+    """The table of Hugging Face names in docs/trace-format.md, generated from :data:`HF_MODEL_NAMES`."""
+    rows = ["| tracetool key | Hugging Face names, first found wins |", "|---|---|"]
+    rows += [f"| `{k}` | {', '.join(f'`{n}`' for n in names)} |" for k, names in HF_MODEL_NAMES.items()]
+    return "\n".join(rows)
 
 
 def _finite(v: Any) -> Any:

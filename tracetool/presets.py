@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tracetool.errors import BadInput, UsageError
+from tracetool.meta import HF_MODEL_NAMES
 
 GB = 1e9
 TB = 1e12
@@ -187,34 +188,46 @@ def model_preset(slug_or_path: str) -> ModelPreset:
     return MODELS[key]
 
 
+def _hf(cfg: dict[str, Any], key: str, required: bool = False) -> Any:
+    """The config's value for tracetool's ``key``: the first of its Hugging Face names
+    (tracetool.meta.HF_MODEL_NAMES) set to something other than null or zero."""
+    for name in HF_MODEL_NAMES[key]:
+        if cfg.get(name):
+            return cfg[name]
+    if required:
+        raise KeyError(HF_MODEL_NAMES[key][0])
+    return None
+
+
 def from_hf_config(cfg: dict[str, Any], name: str = "model") -> ModelPreset:
     """Shape of a decoder-only model from its ``config.json`` (params estimated when absent)."""
-    layers = int(cfg.get("num_hidden_layers") or cfg["n_layer"])
-    hidden = int(cfg.get("hidden_size") or cfg["n_embd"])
-    heads = int(cfg.get("num_attention_heads") or cfg["n_head"])
+    layers = int(_hf(cfg, "layers", required=True))
+    hidden = int(_hf(cfg, "hidden", required=True))
+    heads = int(_hf(cfg, "heads", required=True))
     _positive(layers=layers, hidden_size=hidden, attention_heads=heads)
-    kv_heads = int(cfg.get("num_key_value_heads") or heads)
-    head_dim = int(cfg.get("head_dim") or hidden // heads)
-    vocab = int(cfg["vocab_size"])
+    kv_heads = int(_hf(cfg, "kv_heads") or heads)
+    head_dim = int(_hf(cfg, "head_dim") or hidden // heads)
+    vocab = int(_hf(cfg, "vocab", required=True))
     inter = int(cfg.get("intermediate_size") or 4 * hidden)
     _positive(kv_heads=kv_heads, head_dim=head_dim, vocab_size=vocab)
-    tied = bool(cfg.get("tie_word_embeddings", False))
-    experts = int(cfg.get("num_local_experts") or cfg.get("n_routed_experts") or 1)
-    active_experts = int(cfg.get("num_experts_per_tok") or 1)
+    tied = bool(_hf(cfg, "tied_embeddings"))
+    experts = int(_hf(cfg, "experts") or 1)
+    active_experts = int(_hf(cfg, "experts_per_token") or 1)
     _positive(intermediate_size=inter, experts=experts, experts_per_token=active_experts)
     attn = hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim + heads * head_dim * hidden
     mlp_one = 3 * hidden * inter
     per_layer_total = attn + experts * mlp_one + 2 * hidden
     per_layer_active = attn + min(experts, active_experts) * mlp_one + 2 * hidden
     emb = vocab * hidden * (1 if tied else 2)
-    params = float(cfg.get("num_parameters") or layers * per_layer_total + emb + hidden)
+    params = float(_hf(cfg, "params") or layers * per_layer_total + emb + hidden)
     active = layers * per_layer_active + emb + hidden if experts > 1 else None
     mla = None
-    if cfg.get("kv_lora_rank"):
-        mla = int(cfg["kv_lora_rank"]) + int(cfg.get("qk_rope_head_dim") or 0)
+    if _hf(cfg, "kv_lora_rank"):
+        mla = int(_hf(cfg, "kv_lora_rank")) + int(_hf(cfg, "qk_rope_head_dim") or 0)
         _positive(kv_lora_rank=mla)
-    slug = re.sub(r"[^a-z0-9.]+", "-", str(cfg.get("_name_or_path") or name).lower()).strip("-") or "model"
-    return ModelPreset(slug, str(cfg.get("_name_or_path") or name), layers, hidden, heads, kv_heads, head_dim,
+    label = str(_hf(cfg, "name") or name)
+    slug = re.sub(r"[^a-z0-9.]+", "-", label.lower()).strip("-") or "model"
+    return ModelPreset(slug, label, layers, hidden, heads, kv_heads, head_dim,
                        vocab, params, active, tied, mla, experts if experts > 1 else None,
                        min(experts, active_experts) if experts > 1 else None)
 

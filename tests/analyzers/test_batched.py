@@ -4,6 +4,7 @@ speculative decoding and MoE, on traces a simulator writes with tracetool's own 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -232,3 +233,53 @@ def test_roofline_inputs_for_moe_and_mla() -> None:
     mla = roofline_inputs({"model": {"params": 1e9, "layers": 61, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
                                      "kv_bytes_per_elem": 1}})
     assert mla.kv_bytes_per_token == 61 * 576
+
+
+# The Mixtral block above as Hugging Face's config.json names it (params, active_params and the
+# dtypes have no config.json name); vLLM users paste these.
+MIXTRAL_HF = {"name": "Mixtral 8x7B", "params": 46.7e9, "active_params": 12.9e9, "num_local_experts": 8,
+              "num_experts_per_tok": 2, "num_hidden_layers": 32, "num_key_value_heads": 8, "head_dim": 128,
+              "hidden_size": 4096, "num_attention_heads": 32, "vocab_size": 32000, "tie_word_embeddings": False,
+              "weight_bytes_per_param": 2, "kv_bytes_per_elem": 2}
+
+
+def test_hugging_face_names_in_the_model_block_give_the_same_roofline(tmp_path: Path) -> None:
+    """A Mixtral block written with config.json names was read as dense (its experts were "extra
+    keys"): the roofline took the 12.9B active parameters at every batch size and a batch that
+    touched all eight experts raised a false low-bandwidth alarm."""
+    from analyzers.params import roofline_inputs
+
+    h100 = {"gpu": "H100 SXM"}
+    ours = roofline_inputs({"model": dict(MIXTRAL), "hardware": h100})
+    for block in (MIXTRAL_HF, {**{k: v for k, v in MIXTRAL_HF.items() if k != "num_local_experts"}, "num_experts": 8}):
+        hf = roofline_inputs({"model": block, "hardware": h100})
+        assert (hf.experts, hf.experts_per_token, hf.expert_bytes) == (ours.experts, ours.experts_per_token,
+                                                                     ours.expert_bytes)
+        assert (hf.weight_bytes, hf.kv_bytes_per_token) == (ours.weight_bytes, ours.kv_bytes_per_token)
+        assert hf.warning is None
+    sim = run(tmp_path / "moe", Config(requests=46, rate_per_s=0, max_batch=64, prompt=(500, 1000),
+                                      output=(80, 120), model=dict(MIXTRAL)))
+    expected = analyse(sim)
+    # the issue's block: tracetool's names but the experts under config.json's
+    moe_hf = {**{k: v for k, v in MIXTRAL.items() if not k.startswith("experts")}, "num_experts": 8,
+              "num_experts_per_tok": 2}
+    for block in (moe_hf, MIXTRAL_HF):
+        meta = json.loads((sim.path / "meta.json").read_text())
+        meta["model"] = dict(block)
+        (sim.path / "meta.json").write_text(json.dumps(meta))
+        doc = analyse(sim)
+        assert doc["decode"]["roofline"] == expected["decode"]["roofline"]  # weight bytes, experts touched per step
+        assert "low-bandwidth-efficiency" not in ids(doc) and doc["warnings"] == []
+
+
+def test_model_keys_that_are_not_used_are_warned_about(tmp_path: Path) -> None:
+    """A number tracetool does not read (a typo, a config.json field the roofline has no use for) or
+    a Hugging Face name that tracetool's own key overrides: one line in the analysis's warnings."""
+    sim = run(tmp_path / "moe", Config(requests=4, rate_per_s=0, max_batch=4, prompt=(100, 200), output=(5, 10)))
+    meta = json.loads((sim.path / "meta.json").read_text())
+    meta["model"].update(experts_per_tok=2, intermediate_size=14336, num_key_value_heads=4, model_type="llama")
+    (sim.path / "meta.json").write_text(json.dumps(meta))
+    (line,) = analyse(sim)["warnings"]
+    assert line.startswith(f"{sim.path}: meta.json model block: ")
+    assert "experts_per_tok" in line and "intermediate_size" in line
+    assert "num_key_value_heads (4; kv_heads 8 is read)" in line and "model_type" not in line

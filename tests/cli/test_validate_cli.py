@@ -73,6 +73,9 @@ def _bad_cases(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     (d / "meta.json").write_text("{not json")
     make_trace(case("bad_model_block", '"model.params" must be a non-negative number'), {},
                meta={"model": {"params": "big"}})
+    # a Hugging Face name is read as tracetool's key, so it is checked as one
+    make_trace(case("bad_hf_model_key", '"model.num_key_value_heads" must be a non-negative number'), {},
+               meta={"model": {"num_key_value_heads": -8}})
     cases["missing_path"] = (tmp_path / "nope", "no such file or directory")
     return cases
 

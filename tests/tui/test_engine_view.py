@@ -99,3 +99,27 @@ async def test_overview_marks_components_filled_from_engine_metrics(tmp_path: Pa
         text = screen_text(app)
         queue = next(line for line in text.splitlines() if line.strip().startswith("queue"))
         assert "200.0 ms" in queue and "engine metrics" in queue
+
+
+async def test_engine_note_bounds_bucketed_percentiles(tmp_path: Path, make_app: Any) -> None:
+    """A real vLLM at low load: 24 queue times summing to 0.72 ms, all in the first bucket (0-0.3 s).
+    The note says what the buckets allow (p50 at most 0.06 ms), never the 150 ms that interpolating
+    inside the bucket gives, and that the figures come from buckets."""
+    path = engine_trace(tmp_path / "engine")
+    q = "vllm:request_queue_time_seconds"
+    rows = []
+    for t, (count, total) in ((0, (0, 0.0)), (1_000 * MS, (24, 0.00072))):
+        rows += [(t, f"{q}_bucket", {"le": le}, float(count)) for le in ("0.3", "0.5", "+Inf")]
+        rows += [(t, f"{q}_sum", {}, total), (t, f"{q}_count", {}, float(count))]
+    extra = pa.table({"ts_ns": pa.array([r[0] for r in rows], pa.int64()), "name": [r[1] for r in rows],
+                      "labels": [json.dumps(r[2]) for r in rows], "value": pa.array([r[3] for r in rows], pa.float64()),
+                      "clock": ["client"] * len(rows)})
+    with pa.OSFile(str(path / "server_metrics-queue.arrows"), "wb") as f, pa.ipc.new_stream(f, extra.schema) as w:
+        w.write_table(extra)
+    app = make_app(path)
+    async with app.run_test(size=(200, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("3")
+        await settle(pilot)
+        note = text_of(app.screen.query_one("#engine-note", Static))
+        assert "queue mean 30.0 µs, p50 ≤ 60.0 µs, p95 ≤ 0.60 ms (from buckets)" in note, note

@@ -274,13 +274,16 @@ def merge(client_trace: Path, server_trace: Path, output: Path, force: bool, as_
     estimates each request's clock offset under the symmetric-delay
     assumption (as NTP) into a clock_offsets table, only to draw a joined
     timeline: network time stays client.request minus server.request, a
-    difference of durations. Prints how many requests joined.
+    difference of durations. Every other table of both traces is kept (the
+    probe's server_metrics included); what cannot be (two hosts' rows with
+    no clock to tell them apart) is said on stderr and in meta.json's notes.
+    Prints how many requests joined.
     """
     from tracetool.merge import merge_traces
     from tracetool.otlp.join import IdJoin
 
     rep = merge_traces(client_trace, server_trace, output, force=force)
-    for line in IdJoin(**(rep.id_join or {})).lines():
+    for line in [*IdJoin(**(rep.id_join or {})).lines(), *rep.not_kept]:
         warn(line)
     if as_json:
         emit_json({"version": 1, **rep.as_dict()})

@@ -135,7 +135,9 @@ class EngineStrips(Widget):
 
 
 def engine_note(engine: dict[str, Any]) -> Content:
-    """One line over the rows: the source, the scrapes, the window aggregates the findings use."""
+    """One line over the rows: the source, the scrapes, the window aggregates the findings use;
+    the queue time's percentiles as bounded as its buckets allow (tracetool.glyphs)."""
+    from tracetool.glyphs import bucketed_percentiles
     from tracetool.tui import fmt
 
     q = engine.get("queue_time_ms") or {}
@@ -143,8 +145,10 @@ def engine_note(engine: dict[str, Any]) -> Content:
     parts: list[str | tuple[str, str]] = [
         f"{engine.get('source') or 'unknown engine'} · {fmt.count(engine.get('scrapes'))} scrapes ({engine.get('clock')} "
         "clock) · waiting max ", (fmt.num((engine.get("requests_waiting") or {}).get("max"), 0), "bold"),
-        " · KV max ", (fmt.pct(kv.get("max")), "bold"), " · queue mean ", (fmt.ms(q.get("mean")), "bold"),
-        " · preemptions ", (fmt.count(engine.get("preemptions")), "bold")]
+        " · KV max ", (fmt.pct(kv.get("max")), "bold"), " · queue mean ", (fmt.ms(q.get("mean")), "bold")]
+    if q.get("bucketed") and any(q.get(k) is not None for k in ("p50", "p95", "p50_max", "p95_max")):
+        parts.append(", " + bucketed_percentiles(q, fmt.ms))
+    parts += [" · preemptions ", (fmt.count(engine.get("preemptions")), "bold")]
     return Content.assemble(*parts)
 
 
