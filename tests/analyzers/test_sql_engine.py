@@ -259,3 +259,14 @@ def test_without_sum_and_count_the_bound_is_the_buckets_edge(tmp_path: Path) -> 
                                        "WHERE concept = 'queue_time'").to_pylist()
     assert st == [{"p50": pytest.approx(0.1 + 0.9 * (2 - 1) / 2), "p50_max": pytest.approx(1.0),
                    "p95": pytest.approx(1.0), "p95_max": None}]
+
+
+def test_text_report_prints_the_engine_with_bucketed_percentiles(vllm_trace: Path, cli) -> None:
+    r = cli("analyze", vllm_trace)
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    head = next(i for i, x in enumerate(lines) if x.startswith("engine   vllm metrics over 2.0 s"))
+    assert "waiting mean 1.0 max 2" in lines[head + 1] and "preemptions 3" in lines[head + 1]
+    queue = lines[head + 2]
+    assert queue.strip().startswith("queue time") and "mean 325.0 ms over 4 requests" in queue
+    assert "(from buckets)" in queue and "p50" in queue and "p95" in queue

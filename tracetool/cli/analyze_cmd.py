@@ -154,6 +154,8 @@ def print_analysis(doc: dict[str, Any]) -> None:
              f" → {fmt_pct(roof['bandwidth_efficiency'])} of peak bandwidth")
     elif d["roofline_note"]:
         echo(f"  roofline: none ({d['roofline_note']})")
+    if doc.get("engine"):
+        _print_engine(doc["engine"])
     if doc.get("slo"):
         sl = doc["slo"]
         echo("")
@@ -244,3 +246,26 @@ def estimate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, ba
     for n in e.notes:
         echo(f"  note: {n}")
     return 0
+
+
+def _print_engine(e: dict[str, Any]) -> None:
+    """The engine's own metrics over the window: state, then each time histogram with its
+    percentiles as bounded as its buckets allow (tracetool.glyphs, as the TUI shows them)."""
+    from tracetool.glyphs import bucketed_percentiles
+
+    def num(x: Any, digits: int = 1) -> str:
+        return NOT_MEASURED if x is None else f"{x:,.{digits}f}"
+
+    w, r, kv = e.get("requests_waiting") or {}, e.get("requests_running") or {}, e.get("kv_cache_usage") or {}
+    click.echo("")
+    click.echo(f"engine   {e.get('source') or 'unknown engine'} metrics over {num(e.get('window_s'))} s "
+               f"({e.get('scrapes')} scrapes, {e.get('clock')} clock)")
+    click.echo(f"  waiting mean {num(w.get('mean'))} max {num(w.get('max'), 0)} · running mean "
+               f"{num(r.get('mean'))} max {num(r.get('max'), 0)} · KV cache mean {fmt_pct(kv.get('mean'))} "
+               f"max {fmt_pct(kv.get('max'))} · preemptions {num(e.get('preemptions'), 0)}")
+    for concept in ("queue", "tokenize", "prefill", "decode"):
+        t = e.get(f"{concept}_time_ms")
+        if not t:
+            continue
+        pct = f", {bucketed_percentiles(t, fmt_ms)}" if t.get("bucketed") else ""
+        click.echo(f"  {concept + ' time':<14} mean {fmt_ms(t.get('mean'))} over {t.get('n')} requests{pct}")
