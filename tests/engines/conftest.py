@@ -84,8 +84,8 @@ def _vllm_model_dir(hf_dir: Path) -> Path:
     """The SmolLM2 directory as vLLM must see it: a plain model, no GGUF quantization_config.
 
     ``collectors.demo.smollm2`` already builds it without one (it drops the key before saving);
-    a directory that has one again is a regression there, and vLLM would try to load GGUF
-    quantization from safetensors: fail here, saying so.
+    a directory that has one again is a regression there (vLLM would try to honour it, on weights
+    that are plain float32): fail here, saying so, rather than in vLLM's start.
     """
     config = json.loads((hf_dir / "config.json").read_text())
     if "quantization_config" in config:
@@ -219,8 +219,13 @@ class CuttingProxy:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
+        try:  # wakes the accept() of the thread (closing alone does not, on Linux)
+            self._listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self._listener.close()
         self._thread.join(10)
+        assert not self._thread.is_alive()
 
     def _accept(self) -> None:
         while not self._stop.is_set():
@@ -228,7 +233,11 @@ class CuttingProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
-            upstream = socket.create_connection(self.upstream)
+            try:
+                upstream = socket.create_connection(self.upstream)
+            except OSError:  # the engine is gone: the client sees its connection closed
+                client.close()
+                continue
             threading.Thread(target=self._pipe, args=(client, upstream, None), daemon=True).start()
             threading.Thread(target=self._pipe, args=(upstream, client, self.cut_after), daemon=True).start()
 

@@ -175,15 +175,17 @@ def test_the_headline_does_not_blame_decode_when_requests_waited_longer(overload
     decode = doc["components"]["decode"]
     assert wait_share > decode["share"] * 1.5, "the run must overload the slots for this test to mean anything"
     ids = {f["id"] for f in doc["findings"]}
-    assert not ({"engine-queueing", "decode-dominant"} <= ids), "two findings that contradict each other"
-    assert doc["bottleneck"] != "decode", (doc["headline"], f"the wait for a slot is {wait_share:.0%} of e2e")
+    said = (f"{doc['headline']!r}, findings {sorted(ids)}, while the wait for a slot was {wait_share:.1%} "
+            f"of e2e and decode {decode['share']:.1%}")
+    assert not ({"engine-queueing", "decode-dominant"} <= ids), f"contradicting findings: {said}"
+    assert doc["bottleneck"] != "decode", said
 
 
 def test_streams_broken_mid_way_are_never_ok(llama_cpp_server: EngineServer, cli: Any, tmp_path: Path) -> None:
     n = 4
     with CuttingProxy(llama_cpp_server.url, cut_after=1024) as proxy:
         rep = _probe(cli, f"http://127.0.0.1:{proxy.port}/v1", tmp_path / "cut", n, LLAMA_SLOTS, 48,
-                     "--ignore-eos", "--model", "smollm2")
+                     "--ignore-eos", "--served-model-name", "smollm2")
     assert proxy.cuts == n
     assert (rep["ok"], rep["failed"]) == (0, n), rep
     rows = open_trace(tmp_path / "cut", strict=True).table("requests").to_pylist()

@@ -37,7 +37,8 @@ from tests.engines.conftest import (
 )
 from tracetool.reader import open_trace
 
-pytestmark = [pytest.mark.engines, pytest.mark.slow]
+# the first test also starts vLLM (20-60 s here, up to the fixture's 300 s on a loaded machine)
+pytestmark = [pytest.mark.engines, pytest.mark.slow, pytest.mark.timeout(900)]
 
 HERE = Path(__file__).resolve().parent
 MAX_TOKENS = 32
@@ -145,13 +146,15 @@ def test_vllm_within_its_slots_has_no_queueing_and_says_so(vllm_server: EngineSe
     assert client["engine"]["requests_waiting"]["max"] == 0
     assert "engine-no-queueing" in _ids(client) and "engine-queueing" not in _ids(client)
     assert client["engine"]["queue_time_ms"]["mean"] == pytest.approx(q["ms"], rel=0.01, abs=1.0)
+    print(f"queue per request: spans {q['ms']:.4f} ms, engine {client['engine']['queue_time_ms']['mean']:.4f} ms;",
+          joined["headline"])
 
 
 def _bench(server: EngineServer, out: Path, n: int, concurrency: int, input_len: int, seed: int) -> dict[str, Any]:
     """vLLM's own ``bench serve`` on the same server and workload; its --save-detailed result file."""
     assert server.python is not None and server.model_dir is not None
     cmd = [str(server.python), str(HERE / "vllm_bench_serve.py"), "--backend", "vllm",
-           "--base-url", server.origin, "--model", "smollm2", "--tokenizer", str(server.model_dir),
+           "--base-url", server.origin, "--served-model-name", "smollm2", "--tokenizer", str(server.model_dir),
            "--dataset-name", "random", "--random-input-len", str(input_len),
            "--random-output-len", str(MAX_TOKENS), "--random-range-ratio", "0", "--ignore-eos",
            "--num-prompts", str(n), "--max-concurrency", str(concurrency), "--seed", str(seed),
@@ -214,7 +217,7 @@ def test_probe_agrees_with_vllm_bench_serve_and_imports_its_detailed_file(vllm_s
 def test_streams_broken_mid_way_are_never_ok(vllm_server: EngineServer, cli: Any, tmp_path: Path) -> None:
     n = 4
     with receiving(vllm_server, tmp_path / "server"), CuttingProxy(vllm_server.url, cut_after=2048) as proxy:
-        rep = _probe(cli, f"http://127.0.0.1:{proxy.port}/v1", tmp_path / "client", n, 2, "--model", "smollm2",
+        rep = _probe(cli, f"http://127.0.0.1:{proxy.port}/v1", tmp_path / "client", n, 2, "--served-model-name", "smollm2",
                      "--prompt-tokens", PROMPT_TOKENS)
         # vLLM aborts a request whose client went away (and exports no span for it): wait until it has
         # let go of all four, so that no work of this test runs into the next
