@@ -241,8 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [ENGINES[k] for k in (args.engines or ENGINES)]
     if args.command == "status":
         for e in chosen:
-            why = e.why_missing()
-            print(f"{e.dirname}: {why or e.entry_point()}")
+            print(e.why_missing() or f"{e.dirname}: {e.entry_point()}")
         return 0
     if os.environ.get(SKIP_ENV, "") not in ("", "0"):
         print(f"engines: {SKIP_ENV} is set, nothing installed (the engines tier will skip)")

