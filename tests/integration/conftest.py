@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,15 +62,59 @@ class LlamaServer:
 
 def _ready(url: str) -> bool:
     try:
-        return httpx.get(f"{url}/models", timeout=5, trust_env=False).status_code == 200
+        return httpx.get(url, timeout=5, trust_env=False).status_code == 200
     except httpx.HTTPError:
         return False
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A loopback port free now (the kernel's pick)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextmanager
+def server_process(name: str, cmd: list[str], ready_url: str, log: Path, *, env: dict[str, str] | None = None,
+                   start_timeout_s: float = 120) -> Iterator[subprocess.Popen[bytes]]:
+    """Run a third-party server in a process group of its own until the block ends.
+
+    Ready when ``ready_url`` answers 200, polled; a server that exits first, or is not ready within
+    ``start_timeout_s``, fails the test with its log's tail (installed but not starting is a
+    failure, never a skip). At the end the whole group gets SIGTERM, then SIGKILL after 20 s: an
+    engine's children (vLLM's EngineCore) go with it and nothing is left spinning a core.
+    """
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                env=dict(os.environ) if env is None else env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + start_timeout_s
+        while not _ready(ready_url):  # a server that died is a failure at once
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = log.read_text(errors="replace")[-3000:]
+                pytest.fail(f"{name} did not start (exit {proc.poll()}, {start_timeout_s:.0f} s allowed):\n{tail}")
+            time.sleep(0.2)
+        yield proc
+    finally:
+        _stop_group(proc)
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the process group, SIGKILL to what is left of it after 20 s."""
+    for sig, grace in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            proc.poll()  # reap the leader so the group can empty
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+    proc.wait(10)
 
 
 @pytest.fixture(scope="session")
@@ -82,28 +127,12 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServ
     if why:
         pytest.skip(why)
     log = tmp_path_factory.mktemp("llama-server") / "server.log"
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(smollm2_gguf()), "--model_alias", "smollm2",
            "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "512", "--n_threads", "1"]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ),
-                                start_new_session=True)
-    try:
-        url = f"http://127.0.0.1:{port}/v1"
-        deadline = time.monotonic() + 120
-        while not _ready(url):  # poll the model list; a server that died is a failure at once
-            if proc.poll() is not None or time.monotonic() > deadline:
-                tail = log.read_text(errors="replace")[-2000:]
-                pytest.fail(f"llama-cpp-python's server did not start (exit {proc.poll()}):\n{tail}")
-            time.sleep(0.1)
+    url = f"http://127.0.0.1:{port}/v1"
+    with server_process("llama-cpp-python's server", cmd, f"{url}/models", log):
         yield LlamaServer(url, log)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(15)
 
 
 #: Read at import, before the session fixture points TRACETOOL_CACHE at a temporary directory.
