@@ -6,18 +6,26 @@
 -- extension for in-process traces without request spans, e.g. Hugging Face
 -- generate) the extent of the request's server-clock spans and tokens.
 -- network = client.request - server.request when both exist and server.request covers the
--- whole HTTP request (requests.server_scope 'server', the default), else not measured. Where
--- server.request is only the engine's span (server_scope 'engine': vLLM's llm_request starts at
--- the engine's arrival, after HTTP handling, the chat template and tokenization, and ends before
--- detokenization and streaming), that difference holds the network AND the server's frontend:
--- network is then what the client measured as network, one round trip (the trace's median TCP
--- handshake) plus the request's own handshakes (client.connect, client.tls), never more than the
--- difference, and frontend is the rest. Without a timed handshake the two are not split (both
--- null; the difference is kept as outside_ms).
+-- whole HTTP request (requests.server_scope 'server', the default), else not measured. Two kinds
+-- of server tell less than their whole time, and then the client's time beyond what they say is
+-- network AND server time:
+--   * server.request is only the engine's span (server_scope 'engine': vLLM's llm_request starts
+--     at the engine's arrival, after HTTP handling, the chat template and tokenization, and ends
+--     before detokenization and streaming): the rest is the server's frontend;
+--   * no server.request, but the server reported phases (llama.cpp's timings, vLLM's per-request
+--     metrics): the rest is server time in no named phase (waiting for a slot, HTTP handling, ...),
+--     which is other by the rule below.
+-- Network is then what the client measured as network: a round trip per request (the request
+-- out, the last bytes back) plus one per handshake it opened (client.connect, client.tls), never
+-- more than that difference. The round trip is the trace's shortest TCP handshake: a handshake
+-- takes at least one round trip, and longer ones also hold the client's own delays (a busy event
+-- loop). Without a timed handshake the two are not split: network and frontend (or other) stay
+-- null, and the difference is kept as outside_ms.
 -- client_queue = the sum of client.queue spans (client clock); null without them.
 -- Each phase = the sum of its spans' durations; a phase without spans is not
 -- measured for that request (null), which differs from a measured zero.
--- other = server.request - sum of phases, not below 0; null without server.request.
+-- other = server.request - sum of phases, not below 0; for a server that reported phases but no
+-- server.request, its time beyond them less the measured network (above); else null.
 -- TTFT is client-side (token 0's client_recv_ns - client.queue start, else
 -- client.request start) where the
 -- client recorded it, else server-side (token 0's emit_ns - server.request start,
@@ -49,7 +57,7 @@ SELECT * FROM (VALUES (0, 'client_queue'), (1, 'network'), (2, 'frontend'), (3, 
 -- @column decode_ns: Sum of decode span durations, nanoseconds.
 -- @column detokenize_ns: Sum of detokenize span durations, nanoseconds.
 -- @column postprocess_ns: Sum of postprocess span durations, nanoseconds.
--- @column handshake_ns: Sum of the request's client.connect and client.tls durations: the TCP and TLS handshakes it opened, nanoseconds (client clock); null without them.
+-- @column handshakes: The request's client.connect and client.tls spans: the TCP and TLS handshakes it opened, each a round trip (count).
 -- @column first_server_ns: Earliest start of any server-clock span, nanoseconds.
 -- @column last_server_ns: Latest end of any server-clock span, nanoseconds.
 -- @column other_spans: Spans with names outside the standard ones (count); their time falls in other.
@@ -70,7 +78,7 @@ SELECT
     sum(end_ns - start_ns) FILTER (WHERE name = 'decode')::BIGINT AS decode_ns,
     sum(end_ns - start_ns) FILTER (WHERE name = 'detokenize')::BIGINT AS detokenize_ns,
     sum(end_ns - start_ns) FILTER (WHERE name = 'postprocess')::BIGINT AS postprocess_ns,
-    sum(end_ns - start_ns) FILTER (WHERE name IN ('client.connect', 'client.tls'))::BIGINT AS handshake_ns,
+    count(*) FILTER (WHERE name IN ('client.connect', 'client.tls')) AS handshakes,
     min(start_ns) FILTER (WHERE clock = 'server') AS first_server_ns,
     max(end_ns) FILTER (WHERE clock = 'server') AS last_server_ns,
     count(*) FILTER (WHERE name NOT IN ('client.request', 'client.queue', 'server.request', 'queue', 'tokenize',
@@ -79,9 +87,9 @@ FROM spans
 WHERE request_id <> ''
 GROUP BY trace, request_id;
 
--- One round trip per trace: the median TCP handshake the client timed (network.sql reports it).
+-- One round trip per trace: the shortest TCP handshake the client timed (see the header).
 CREATE OR REPLACE TEMP TABLE _attribution_rtt AS
-SELECT trace, median(end_ns - start_ns)::BIGINT AS rtt_ns
+SELECT trace, min(end_ns - start_ns)::BIGINT AS rtt_ns
 FROM spans WHERE name = 'client.connect' GROUP BY trace;
 
 -- attribution_requests without its bottleneck column (below).
@@ -130,23 +138,30 @@ r AS (
         CASE WHEN client_ns IS NOT NULL AND first_recv_ns IS NOT NULL THEN 'client'
              WHEN first_emit_ns IS NOT NULL AND coalesce(server_start_ns, first_server_ns) IS NOT NULL
              THEN 'server' END AS ttft_source,
-        coalesce(output_tokens, info_output) AS _out
+        coalesce(output_tokens, info_output) AS _out,
+        -- the client's time beyond what the server says it spent (see the header)
+        CASE WHEN client_ns IS NULL THEN NULL
+             WHEN engine_scope AND server_ns IS NOT NULL THEN client_ns - server_ns
+             WHEN server_ns IS NULL AND _any_phase THEN greatest(client_ns - (coalesce(queue_ns, 0)
+                 + coalesce(tokenize_ns, 0) + coalesce(preprocess_ns, 0) + coalesce(prefill_ns, 0)
+                 + coalesce(decode_ns, 0) + coalesce(detokenize_ns, 0) + coalesce(postprocess_ns, 0)), 0)
+        END AS _outside_ns
     FROM j
+),
+r2 AS (
+    SELECT *, greatest(least(_outside_ns, rtt_ns * (1 + coalesce(handshakes, 0))), 0) AS _net_ns FROM r
 ),
 c AS (
     SELECT
         trace, request_id, request_key, NOT coalesce(failed, false) AS ok,
         _e2e_ns / 1e6 AS e2e_ms, e2e_source,
         client_queue_ns / 1e6 AS client_queue_ms,
-        -- the whole difference where server.request is the server's; where it is the engine's, the
-        -- round trip and handshakes the client timed, within the difference (see the header)
-        CASE WHEN NOT engine_scope THEN (client_ns - server_ns) / 1e6
-             WHEN rtt_ns IS NOT NULL THEN greatest(least(client_ns - server_ns, rtt_ns + coalesce(handshake_ns, 0)), 0) / 1e6
-        END AS network_ms,
-        CASE WHEN engine_scope AND rtt_ns IS NOT NULL THEN
-            (client_ns - server_ns - greatest(least(client_ns - server_ns, rtt_ns + coalesce(handshake_ns, 0)), 0)) / 1e6
-        END AS frontend_ms,
-        CASE WHEN engine_scope THEN (client_ns - server_ns) / 1e6 END AS outside_ms,
+        -- the whole difference where server.request is the server's; where the server says less
+        -- than its whole time, the round trips the client timed, within the difference (the header)
+        CASE WHEN _outside_ns IS NULL THEN (client_ns - server_ns) / 1e6
+             WHEN rtt_ns IS NOT NULL THEN _net_ns / 1e6 END AS network_ms,
+        CASE WHEN engine_scope AND rtt_ns IS NOT NULL THEN (_outside_ns - _net_ns) / 1e6 END AS frontend_ms,
+        _outside_ns / 1e6 AS outside_ms,
         queue_ns / 1e6 AS queue_ms, tokenize_ns / 1e6 AS tokenize_ms,
         preprocess_ns / 1e6 AS preprocess_ms, prefill_ns / 1e6 AS prefill_ms,
         decode_ns / 1e6 AS decode_ms, detokenize_ns / 1e6 AS detokenize_ms,
@@ -155,7 +170,9 @@ c AS (
         CASE WHEN server_ns IS NOT NULL THEN
             greatest(server_ns - (coalesce(queue_ns, 0) + coalesce(tokenize_ns, 0) + coalesce(preprocess_ns, 0)
                 + coalesce(prefill_ns, 0) + coalesce(decode_ns, 0) + coalesce(detokenize_ns, 0)
-                + coalesce(postprocess_ns, 0)), 0) / 1e6 END AS other_ms,
+                + coalesce(postprocess_ns, 0)), 0) / 1e6
+             -- phases without the server's total: its time beyond them, less the measured network
+             WHEN _outside_ns IS NOT NULL AND rtt_ns IS NOT NULL THEN (_outside_ns - _net_ns) / 1e6 END AS other_ms,
         server_ns / 1e6 AS server_ms,
         _ttft_ns / 1e6 AS ttft_ms, ttft_source,
         CASE WHEN _out >= 2 AND _ttft_ns IS NOT NULL THEN
@@ -165,7 +182,7 @@ c AS (
         itl_mean_ms,
         _out::BIGINT AS output_tokens, info_prompt::BIGINT AS prompt_tokens,
         start_ns, end_ns
-    FROM r
+    FROM r2
 )
 SELECT
     * EXCLUDE (start_ns, end_ns),
@@ -199,9 +216,9 @@ UNION ALL SELECT trace, request_id, ok, e2e_ms, 10, other_ms FROM _attribution_b
 -- @column e2e_ms: End-to-end latency, milliseconds (null when no span gives one); from the intended send time when the client recorded client.queue.
 -- @column e2e_source: Where e2e comes from: 'client' (client.request), 'server' (server.request) or 'extent' (first to last server-clock event).
 -- @column client_queue_ms: Time waiting in the load client after the intended send time (client.queue spans), milliseconds; null when the request has none.
--- @column network_ms: Network time, milliseconds: client.request minus server.request where server.request is the server's; where it is the engine's (server_scope 'engine'), one round trip (the trace's median TCP handshake) plus the request's own handshakes, at most that difference; null when not both exist or, for an engine's span, without a timed handshake.
+-- @column network_ms: Network time, milliseconds: client.request minus server.request where server.request is the server's; where the server says less than its whole time (its span is the engine's, or it reported phases but no total), a round trip (the trace's shortest TCP handshake) per request and per handshake it opened, at most the client's time beyond what the server says; null without a client.request, or in those cases without a timed handshake.
 -- @column frontend_ms: Time the server spent outside its engine's span (HTTP, chat template, tokenization before the engine, detokenization and streaming after), milliseconds: client.request minus the engine's span minus network_ms; null unless server_scope is 'engine' and a handshake was timed.
--- @column outside_ms: client.request minus the engine's span (network plus frontend, not split), milliseconds; null unless server_scope is 'engine'.
+-- @column outside_ms: The client's time beyond what the server says it spent, milliseconds: client.request minus the engine's span (server_scope 'engine'), or, for a server that reported phases but no total, client.request minus those phases; network plus server time, before any split; null otherwise.
 -- @column queue_ms: Time in queue spans, milliseconds; null when the request has none.
 -- @column tokenize_ms: Time in tokenize spans, milliseconds; null when none.
 -- @column preprocess_ms: Time in preprocess spans, milliseconds; null when none.
@@ -209,7 +226,7 @@ UNION ALL SELECT trace, request_id, ok, e2e_ms, 10, other_ms FROM _attribution_b
 -- @column decode_ms: Time in decode spans, milliseconds; null when none.
 -- @column detokenize_ms: Time in detokenize spans, milliseconds; null when none.
 -- @column postprocess_ms: Time in postprocess spans, milliseconds; null when none.
--- @column other_ms: server.request minus the phases, not below 0, milliseconds; null without server.request.
+-- @column other_ms: server.request minus the phases, not below 0, milliseconds; for a server that reported phases but no server.request, outside_ms less network_ms; null otherwise.
 -- @column server_ms: Duration of server.request, milliseconds; null when absent.
 -- @column ttft_ms: Time to first token, milliseconds (null without token index 0 or a start).
 -- @column ttft_source: 'client' or 'server': the clock TTFT (and TPOT) was measured on.

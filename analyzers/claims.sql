@@ -128,9 +128,9 @@ v AS (
                 || _pct(ne_bound_share) || ': network lies between the two'
                 || CASE WHEN ne_verdict IS NULL THEN ', which straddle a threshold: measure it with server timing'
                         ELSE '' END
-            WHEN unsplit THEN 'the server''s spans are its engine''s, and client.request minus them is '
-                || _ms(ne_outside_ms) || ' per request = ' || _pct(ne_outside_share) || ' of e2e: network and the '
-                || 'server''s frontend together, not split (no TCP handshake was timed)'
+            WHEN unsplit THEN 'the client''s time beyond what the server says it spent is '
+                || _ms(ne_outside_ms) || ' per request = ' || _pct(ne_outside_share) || ' of e2e: network and '
+                || 'server time together, not split (no TCP handshake was timed)'
                 || CASE WHEN ne_verdict = 'misdiagnosis' THEN ': even all of it would be a small share'
                         ELSE ': network is at most that' END
             WHEN eng_basis THEN component || ' is not measured per request; the engine''s own metrics put it at '
@@ -147,10 +147,14 @@ v AS (
             ELSE component || ' holds ' || _pct(share) || ' of e2e (' || _ms(ms) || ' per request)'
                 || CASE WHEN is_bottleneck THEN ', the largest component'
                         ELSE '; the bottleneck is ' || coalesce(bottleneck, '-') || ' at ' || _pct(bottleneck_share) END
-                || CASE WHEN key = 'network' AND ne_basis = 'rtt-split' THEN '; network here is the round trip the '
-                        || 'TCP handshakes measured plus each request''s own handshakes, and the server''s frontend '
-                        || 'holds ' || coalesce(_ms(frontend_ms), '-') || ' per request (' || coalesce(_pct(frontend_share), '-')
-                        || ') outside its engine''s span: server time, not network'
+                || CASE WHEN key = 'network' AND ne_basis = 'rtt-split' AND frontend_ms IS NOT NULL
+                        THEN '; network here is a round trip (the shortest TCP handshake) per request and per '
+                        || 'handshake it opened, and the server''s frontend holds ' || _ms(frontend_ms)
+                        || ' per request (' || _pct(frontend_share) || ') outside its engine''s span: server time, not network'
+                    WHEN key = 'network' AND ne_basis = 'rtt-split'
+                        THEN '; network here is a round trip (the shortest TCP handshake) per request and per '
+                        || 'handshake it opened; the server''s time outside the phases it reported is other ('
+                        || _ms(other_ms) || ' per request): server time, not network'
                     ELSE '' END
         END AS detail
     FROM j

@@ -83,9 +83,9 @@ SELECT * FROM (VALUES
     (31, 'client-bound', 'warning', 'The load client, not the server, limits the run',
         'client.queue spans exist and the achieved send rate is below client_rate_ratio of the offered rate, or client_queue holds at least client_queue_share of e2e; the detail names the limit (concurrency cap, the probe''s event loop)'),
     (32, 'server-frontend', 'warning', 'The server''s frontend, not the network, holds the time outside the engine',
-        'the server''s spans are its engine''s (server_scope engine), a TCP handshake measured the round trip, and frontend (client.request minus the engine''s span, less that round trip and the request''s handshakes) is the bottleneck or holds at least misdiagnosis_share of e2e'),
-    (33, 'network-frontend-unsplit', 'info', 'Network and the server''s frontend are not split',
-        'the server''s spans are its engine''s (server_scope engine) and no TCP handshake was timed: client.request minus the engine''s span holds both')
+        'the server''s spans are its engine''s (server_scope engine), a TCP handshake measured the round trip, and frontend (client.request minus the engine''s span, less a round trip per request and per handshake it opened) is the bottleneck or holds at least misdiagnosis_share of e2e'),
+    (33, 'network-frontend-unsplit', 'info', 'Network and the server''s own time outside its spans are not split',
+        'the server says less than its whole time (its spans are its engine''s, server_scope engine, or it reported phases but no total) and no TCP handshake was timed: the client''s time beyond what the server says holds both')
 ) AS v(ordinal, id, severity, title, fires_when)
 -- module engine: the findings from the engine's metrics
 UNION ALL SELECT * FROM engine_findings_catalogue;
@@ -120,9 +120,10 @@ WITH f AS (
     {'id': 'network-not-bottleneck', 'detail': CASE WHEN s.network_share < t.misdiagnosis_share AND s.bottleneck <> 'network'
             THEN coalesce('network ' || _ms(s.network_ms) || ' per request = ' || _pct(s.network_share) || ' of e2e (mean '
                 || _ms(s.e2e_mean_ms) || '); ' || s.bottleneck || ' holds ' || _pct(s.bottleneck_share)
-                || CASE WHEN ne.basis = 'rtt-split' THEN '; network is the round trip the TCP handshakes measured ('
-                    || _ms(ne.rtt_ms) || ') plus each request''s own handshakes, and the server''s frontend holds '
-                    || _ms(s.frontend_ms) || ' per request outside its engine''s span' ELSE '' END
+                || CASE WHEN ne.basis = 'rtt-split' THEN '; network is a round trip (the shortest TCP handshake, '
+                    || _ms(ne.rtt_min_ms) || ') per request and per handshake it opened'
+                    || CASE WHEN s.frontend_ms IS NOT NULL THEN ', and the server''s frontend holds '
+                        || _ms(s.frontend_ms) || ' per request outside its engine''s span' ELSE '' END ELSE '' END
                 || ': shaving RTT will not move latency', '') END},
     {'id': 'network-unmeasured', 'detail': CASE WHEN s.network_share IS NULL AND s.e2e_requests > 0
             -- an engine's span without a handshake: network-frontend-unsplit says what is known
@@ -250,7 +251,15 @@ WITH f AS (
                 || _n(s.stacks_samples) || ' samples)', '') END},
     {'id': 'other-unattributed', 'detail': CASE WHEN s.other_share >= t.other_share
             THEN coalesce('other ' || _ms(s.other_ms) || ' per request = ' || _pct(s.other_share) || ' of e2e: server time '
-                || 'in no named phase; add spans for the missing phase', '') END},
+                || CASE WHEN ne.server_requests = 0 AND ne.basis = 'rtt-split'
+                    -- a server that reported phases but not its total (llama.cpp's timings)
+                    THEN 'outside the phases it reported (it gave no total): waiting for a slot or a batch, HTTP '
+                        || 'handling, chat template, tokenization, streaming; the network, a round trip per request, '
+                        || 'is not in it'
+                        || CASE WHEN ew.waiting_max >= t.engine_waiting_requests THEN '. The engine''s own metrics '
+                            || 'show up to ' || _n(ew.waiting_max) || ' requests waiting (' || ew.series
+                            || '): much of it is the wait for a slot, which the server''s timings leave out' ELSE '' END
+                    ELSE 'in no named phase; add spans for the missing phase' END, '') END},
     {'id': 'failed-requests', 'detail': CASE WHEN s.failed_requests > 0
             THEN coalesce(_n(s.failed_requests) || ' of ' || _n(s.requests) || ' requests failed; they are left out of every figure', '') END},
     {'id': 'dropped-rows', 'detail': CASE WHEN s.dropped_rows > 0
@@ -273,15 +282,16 @@ WITH f AS (
             THEN coalesce('the server spent ' || _ms(s.frontend_ms) || ' per request = ' || _pct(s.frontend_share)
                 || ' of e2e outside its engine''s span (HTTP handling, chat template, tokenization before the engine, '
                 || 'detokenization and streaming after), against a network of ' || _ms(s.network_ms)
-                || ' (TCP handshake ' || _ms(ne.rtt_ms) || ', ' || CASE WHEN ne.connections = 1 THEN 'one connection'
-                    ELSE 'median of ' || _n(ne.connections) || ' connections' END
+                || ' (TCP handshake ' || _ms(ne.rtt_min_ms) || ', ' || CASE WHEN ne.connections = 1 THEN 'one connection'
+                    ELSE 'the shortest of ' || _n(ne.connections) || ' connections' END
                 || '): this is server time, not the network; it grows when the API server shares its CPU with the '
                 || 'engine (vLLM: more API server processes, a faster tokenizer, shorter chat templates)', '') END},
     {'id': 'network-frontend-unsplit', 'detail': CASE WHEN ne.basis = 'unsplit'
-            THEN coalesce('client.request minus the engine''s span is ' || _ms(ne.outside_ms) || ' per request = '
-                || _pct(ne.outside_share) || ' of e2e (mean ' || _ms(ne.e2e_mean_ms) || '): the network plus the '
-                || 'server''s frontend (HTTP, chat template, tokenization, detokenization, streaming), not split: no '
-                || 'round trip was measured. '
+            THEN coalesce('the client''s time beyond what the server says it spent (' || CASE WHEN s.frontend_share IS NULL
+                    AND ne.server_requests = 0 THEN 'its reported phases' ELSE 'its engine''s span' END || ') is '
+                || _ms(ne.outside_ms) || ' per request = ' || _pct(ne.outside_share) || ' of e2e (mean '
+                || _ms(ne.e2e_mean_ms) || '): the network plus server time (HTTP, chat template, tokenization, '
+                || 'waiting, detokenization, streaming), not split: no round trip was measured. '
                 || CASE WHEN ne.verdict = 'misdiagnosis' THEN 'Even all of it would be a small share: the network is '
                     || 'not the story. ' ELSE '' END
                 || 'Next: probe with tracetool probe, which times each new connection''s TCP handshake', '') END},
@@ -330,6 +340,11 @@ WITH f AS (
                UNION ALL SELECT trace, end_ns, -1 FROM spans WHERE name = 'client.request'))) AS fl,
         (SELECT count(*) AS n, median((end_ns - start_ns) / 1e6) AS p50_ms
          FROM spans WHERE name = 'client.connect') AS c,
+        -- the engine's own waiting gauge, where one trace holds engine metrics
+        (SELECT max(e.requests_waiting_max) AS waiting_max,
+                max(st.series) FILTER (WHERE st.concept = 'requests_waiting') AS series
+         FROM engine_summary AS e LEFT JOIN engine_stats AS st USING (trace)
+         WHERE (SELECT count(*) FROM engine_summary) = 1) AS ew,
         (SELECT count(*) AS n, sum(r.tokenize_ms) * 1000 / nullif(sum(r.prompt_tokens), 0) AS us_per_token
          FROM attribution_requests AS r, _thresholds AS tk
          WHERE r.ok AND r.tokenize_ms IS NOT NULL AND r.prompt_tokens >= tk.tokenizer_min_prompt_tokens) AS k

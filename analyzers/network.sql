@@ -15,21 +15,22 @@
 -- and a long network time, which only server timing can reveal. The RTT is the
 -- median handshake (the minimum would understate a busy path).
 --
--- A server whose spans are its engine's (requests.server_scope 'engine', e.g. vLLM's
--- llm_request) leaves its frontend between the two clocks: client.request minus that span is
--- network plus HTTP handling, chat template, tokenization, detokenization and streaming. The
--- attribution takes network as the round trips the handshakes measured and the rest as
--- frontend (basis 'rtt-split'); without a handshake it cannot split them (basis 'unsplit'),
--- and says so instead of calling it all network.
+-- A server that says less than its whole time leaves server time between the two clocks: one
+-- whose spans are its engine's (requests.server_scope 'engine', e.g. vLLM's llm_request) its
+-- frontend (HTTP handling, chat template, tokenization, detokenization and streaming), one that
+-- reports phases but no total (llama.cpp's timings) whatever it did outside them (waiting for a
+-- slot among it). The attribution takes network as the round trips the handshakes measured and
+-- the rest as frontend or other (basis 'rtt-split'); without a handshake it cannot split them
+-- (basis 'unsplit'), and says so instead of calling it all network.
 
 -- @table network_evidence
 -- One row: the basis of every network verdict and the client-only bound.
--- @column basis: 'measured' (some successful request has client.request and a server.request that is the server's), 'rtt-split' (server.request is the engine's span: network from the timed handshakes, the rest of the difference is frontend), 'unsplit' (the engine's span and no timed handshake: network and frontend not split), 'tcp-connect' (no server span, but client.request and client.connect spans bound it), or 'none'.
+-- @column basis: 'measured' (some successful request has client.request and a server.request that is the server's), 'rtt-split' (the server says less than its whole time, its span being the engine's or its phases given without a total: network from the timed handshakes, the rest of the client's time beyond what the server says is frontend or other), 'unsplit' (the same without a timed handshake: not split), 'tcp-connect' (no server time at all, but client.request and client.connect spans bound it), or 'none'.
 -- @column measured_requests: Successful requests whose network time is measured (count).
--- @column engine_requests: Successful requests whose server.request is the engine's span (server_scope 'engine') and that have a client.request (count).
--- @column outside_ms: Mean client.request minus the engine's span over engine_requests: network plus frontend, milliseconds (null without such requests).
+-- @column outside_requests: Successful requests with a client.request whose server says less than its whole time: its span is the engine's (server_scope 'engine') or it reported phases but no server.request (count).
+-- @column outside_ms: Mean client time beyond what the server says it spent, over outside_requests: network plus server time, milliseconds (null without such requests).
 -- @column outside_share: outside_ms / e2e_mean_ms, 0..1: the most network can hold where it is not split.
--- @column frontend_ms: Mean frontend time (outside the engine's span, beyond the measured round trips) over engine_requests, milliseconds; null when not split.
+-- @column frontend_ms: Mean frontend time (outside the engine's span, beyond the measured round trips) over the requests whose span is the engine's, milliseconds; null when not split or none is.
 -- @column client_requests: Successful requests with a client.request span (count).
 -- @column server_requests: Successful requests with a server.request span (count).
 -- @column connections: client.connect spans: TCP handshakes timed by the client (count).
@@ -46,7 +47,7 @@ CREATE OR REPLACE TEMP TABLE network_evidence AS
 WITH r AS (
     SELECT
         count(*) FILTER (WHERE network_ms IS NOT NULL) AS measured_requests,
-        count(outside_ms) AS engine_requests,
+        count(outside_ms) AS outside_requests,
         avg(outside_ms) AS outside_ms,
         avg(frontend_ms) AS frontend_ms,
         count(*) FILTER (WHERE e2e_source = 'client') AS client_requests,
@@ -64,8 +65,8 @@ c AS (
 ),
 b AS (
     SELECT r.*, c.*,
-        CASE WHEN r.engine_requests > 0 AND r.measured_requests > 0 THEN 'rtt-split'
-             WHEN r.engine_requests > 0 THEN 'unsplit'
+        CASE WHEN r.outside_requests > 0 AND r.measured_requests > 0 THEN 'rtt-split'
+             WHEN r.outside_requests > 0 THEN 'unsplit'
              WHEN r.measured_requests > 0 THEN 'measured'
              WHEN r.client_requests > 0 AND c.connections > 0 THEN 'tcp-connect'
              ELSE 'none' END AS basis,
@@ -77,7 +78,7 @@ b AS (
         t.misdiagnosis_share AS _mis, t.supported_share AS _sup
     FROM r, c, _thresholds AS t
 )
-SELECT basis, measured_requests, engine_requests, outside_ms, outside_share, frontend_ms,
+SELECT basis, measured_requests, outside_requests, outside_ms, outside_share, frontend_ms,
     client_requests, server_requests, connections, rtt_ms, rtt_min_ms, tls_ms,
     e2e_mean_ms, rtt_share, round_trips, bound_ms, bound_share,
     CASE WHEN basis = 'unsplit' AND outside_share < _mis THEN 'misdiagnosis'

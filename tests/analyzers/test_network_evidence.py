@@ -91,12 +91,29 @@ def test_client_only_wording_says_what_is_measured_and_the_next_step(tmp_path: P
     assert short.endswith("first to last token the other 75.0 %: decode is not the story here")
 
 
-def test_reported_phases_without_a_total_still_leave_the_network_unknown(tmp_path: Path) -> None:
+def test_reported_phases_without_a_total_split_the_rest_into_network_and_other(tmp_path: Path) -> None:
+    # llama.cpp's timings: prefill and decode, no total. The client's time beyond them is network
+    # (a round trip per request and per handshake, the shortest handshake being 1 ms) and the
+    # server's time outside its phases (other), never all network
     a = analyzers.analyze(client_trace(tmp_path / "t", e2e_ms=1000, rtt_ms=[1.0], phases=True))
     doc = a.to_json()
+    reqs = {r["request_id"]: r for r in a.requests.to_pylist()}
+    phases = {rid: r["prefill_ms"] + r["decode_ms"] for rid, r in reqs.items()}
+    assert reqs["r0"]["network_ms"] == pytest.approx(2.0) and reqs["r1"]["network_ms"] == pytest.approx(1.0)
+    assert reqs["r1"]["outside_ms"] == pytest.approx(1000 - phases["r1"])
+    assert reqs["r1"]["other_ms"] == pytest.approx(1000 - phases["r1"] - 1.0)
+    assert doc["network_evidence"]["basis"] == "rtt-split" and doc["network_evidence"]["frontend_ms"] is None
+    assert not doc["components"]["frontend"]["measured"] and doc["components"]["other"]["measured"]
+    assert detail(a, "network-unmeasured") is None
+
+
+def test_reported_phases_without_a_total_or_a_handshake_are_not_split(tmp_path: Path) -> None:
+    a = analyzers.analyze(client_trace(tmp_path / "t", e2e_ms=1000, rtt_ms=[], phases=True))
+    doc = a.to_json()
     assert doc["components"]["prefill"]["measured"] and not doc["components"]["network"]["measured"]
-    assert "; the server reported phases, not its total. Next:" in detail(a, "network-unmeasured")
-    assert doc["network_evidence"]["basis"] == "tcp-connect"
+    assert not doc["components"]["other"]["measured"]
+    assert doc["network_evidence"]["basis"] == "unsplit"
+    assert "beyond what the server says it spent (its reported phases)" in detail(a, "network-frontend-unsplit")
 
 
 def test_a_server_side_trace_is_told_to_record_the_client(tmp_path: Path) -> None:

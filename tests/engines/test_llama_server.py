@@ -183,6 +183,13 @@ def test_the_headline_does_not_blame_decode_when_requests_waited_longer(overload
             f"of e2e and decode {decode['share']:.1%}")
     assert not ({"engine-queueing", "decode-dominant"} <= ids), f"contradicting findings: {said}"
     assert doc["bottleneck"] != "decode", said
+    # the server's time outside the phases it reported, after the network's round trips, is other,
+    # and the finding names the wait for a slot from the engine's own gauge
+    assert doc["network_evidence"]["basis"] == "rtt-split", said
+    assert doc["bottleneck"] == "other" and doc["components"]["other"]["share"] > decode["share"], said
+    other = next(f["detail"] for f in doc["findings"] if f["id"] == "other-unattributed")
+    assert "llamacpp:requests_deferred" in other and "wait for a slot" in other, other
+    print(doc["headline"], "|", other)
 
 
 def test_streams_broken_mid_way_are_never_ok(llama_cpp_server: EngineServer, cli: Any, tmp_path: Path) -> None:
