@@ -137,7 +137,7 @@ th{color:var(--muted);font-weight:600}td.r,th.r{text-align:right;font-variant-nu
 .pass{color:var(--good)}.fail,.misdiagnosis{color:var(--bad)}.warn{color:var(--warn)}
 .supported{color:var(--good)}
 ul{margin:4px 0 10px;padding-left:20px}li{margin:2px 0}
-code{font-size:.92em}.id{word-break:break-all}
+code{font-size:.92em}.id{white-space:nowrap}
 footer{font-size:.85em;padding:12px 20px 24px}
 """
 

@@ -90,9 +90,9 @@ def waterfalls(lanes: list[Lane], clipped: bool) -> str:
         ax.set_xlim(left=0)
         ax.set_xlabel("ms from the request's start (server spans placed by the symmetric-delay assumption)")
         handles = [Patch(facecolor=COMPONENT_COLOURS[c], label=c) for c in COMPONENT_COLOURS if c in seen]
-        handles.append(Patch(facecolor="none", edgecolor=MUTED, label="client / server request"))
+        handles.append(Patch(facecolor="none", edgecolor=MUTED, label="request (client, server)"))
         ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.2 / max(rows, 1)),
-                  ncol=min(len(handles), 6))
+                  ncol=min(len(handles), 5))
         ax.grid(axis="y", visible=False)
         ax.autoscale_view()
         title = "Request waterfalls: the slowest requests and a spread of the others"

@@ -80,7 +80,8 @@ def waterfalls(a: Any, doc: dict[str, Any]) -> Section:
     rows = []
     for la in lanes:
         r = req.get((la.trace, la.request_id), {})
-        rows.append([f'<span class="id">{esc(la.request_id)}</span>', esc(la.group), num(fmt.ms(la.e2e_ms)), num(fmt.ms(r.get("ttft_ms"))),
+        short = la.request_id if len(la.request_id) <= 18 else la.request_id[:17] + "…"
+        rows.append([f'<span class="id" title="{esc(la.request_id)}">{esc(short)}</span>', esc(la.group), num(fmt.ms(la.e2e_ms)), num(fmt.ms(r.get("ttft_ms"))),
                      num(f"{la.tokens:,}"), esc(r.get("bottleneck") or NOT_MEASURED)])
     ok = sum(1 for r in req.values() if r["ok"] and r["e2e_ms"] is not None)
     thinned = any(la.tokens > data.TICKS for la in lanes)
