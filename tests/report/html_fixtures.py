@@ -26,7 +26,8 @@ HOSTILE = "<script>alert(1)</script>$x^2$&\"'<img src=x onerror=alert(2)>"
 
 def engine_trace(directory: Path) -> Path:
     """Six client requests over 1.2 s with tokens; vLLM scraped every 100 ms: requests waiting
-    then draining, KV use peaking at 90 %, two preemptions in the window."""
+    then draining, KV use peaking at 90 %, two preemptions in the window, six queue times in its
+    histogram's first bucket."""
     spans, toks = [], {"request_id": [], "index": [], "emit_ns": [], "client_recv_ns": [], "kv_len": []}
     for i in range(6):
         start, end = i * 150 * MS, i * 150 * MS + 400 * MS
@@ -47,8 +48,20 @@ def engine_trace(directory: Path) -> Path:
             ts.append(t)
             names.append(name)
             values.append(float(v))
-    metrics = pa.table({"ts_ns": pa.array(ts, pa.int64()), "name": names,
-                        "labels": [json.dumps({"model_name": "m"})] * len(ts),
+    labels = [json.dumps({"model_name": "m"})] * len(ts)
+    # queue times: six requests, all in the first bucket (le 0.3 s), 1.2 ms in all
+    for t, (b1, b2, total, count) in ((-100 * MS, (0, 0, 0.0, 0)), (1300 * MS, (6, 6, 0.0012, 6))):
+        for le, v in (("0.3", b1), ("+Inf", b2)):
+            ts.append(t)
+            names.append("vllm:request_queue_time_seconds_bucket")
+            values.append(float(v))
+            labels.append(json.dumps({"model_name": "m", "le": le}))
+        for part, v in (("sum", total), ("count", count)):
+            ts.append(t)
+            names.append(f"vllm:request_queue_time_seconds_{part}")
+            values.append(float(v))
+            labels.append(json.dumps({"model_name": "m"}))
+    metrics = pa.table({"ts_ns": pa.array(ts, pa.int64()), "name": names, "labels": labels,
                         "value": pa.array(values, pa.float64()), "clock": ["client"] * len(ts)})
     tokens = pa.table({"request_id": toks["request_id"], "index": pa.array(toks["index"], pa.int32()),
                        "emit_ns": pa.array(toks["emit_ns"], pa.int64()),

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from html_fixtures import SAMPLES, hostile_trace
+from html_fixtures import SAMPLES, engine_trace, hostile_trace
 
 from tests.conftest import REPO, make_trace, spans_table
 
@@ -77,6 +77,20 @@ def test_a_trace_without_tokens_gives_a_page_that_says_what_is_missing(cli: Any,
     assert got["decode"] == "Not drawn: the trace has no tokens"
     assert "no server_metrics table" in got["engine"]
     assert "Traceback" not in r.err
+
+
+def test_the_engine_section_shows_histogram_percentiles_as_bounds(cli: Any, tmp_path: Path) -> None:
+    page = tmp_path / "e.html"
+    r = cli("analyze", engine_trace(tmp_path / "engine"), "--json", "--html", page)
+    assert r.code == 0, r.err
+    queue = json.loads(r.out)["engine"]["queue_time_ms"]
+    assert queue["bucketed"] and queue["p50_max"] is not None
+    text = page.read_text()
+    assert _sections(text)["engine"] == "drawn"
+    # the bound, never a bare estimate: "p50 ≤ 0.20 ms, p95 ≤ 0.20 ms (from buckets)"
+    assert re.search(r"p50 ≤ [\d.]+ ms, p95 ≤ [\d.]+ ms \(from buckets\)", text)
+    # the engine's numbers fill the queue component: hatched in the figure, said in the table
+    assert "engine metrics: a window mean, not per request" in text
 
 
 def test_an_empty_trace_is_one_line_and_exit_3(tmp_path: Path) -> None:
