@@ -79,6 +79,22 @@ def test_a_trace_without_tokens_gives_a_page_that_says_what_is_missing(cli: Any,
     assert "Traceback" not in r.err
 
 
+def test_slos_are_drawn_as_lines_and_said_beside_them(cli: Any, tmp_path: Path) -> None:
+    page = tmp_path / "slo.html"
+    r = cli("analyze", SAMPLES / "chat", "--slo", "ttft_ms=150,e2e_ms=3000", "--json", "--html", page)
+    assert r.code == 0, r.err
+    slo = json.loads(r.out)["slo"]
+    text = page.read_text()
+    assert "SLO 150 ms" in text and "SLO 3000 ms" in text and "SLO 50 ms" not in text  # a line per target
+    assert f'data-key="slo.met_requests">{slo["met_requests"]}<' in text
+
+
+def test_a_page_that_cannot_be_written_is_one_line_and_exit_3(tmp_path: Path) -> None:
+    r = _run("analyze", SAMPLES / "network", "--html", tmp_path / "no-such-dir" / "x.html")
+    assert r.returncode == 3 and r.stderr.count("\n") == 1
+    assert "x.html: cannot write the page (No such file or directory)" in r.stderr
+
+
 def test_the_engine_section_shows_histogram_percentiles_as_bounds(cli: Any, tmp_path: Path) -> None:
     page = tmp_path / "e.html"
     r = cli("analyze", engine_trace(tmp_path / "engine"), "--json", "--html", page)
