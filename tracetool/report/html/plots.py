@@ -271,8 +271,9 @@ def engine(e: EngineSeries) -> str:
                 if e.ttft:
                     ax.scatter([t for t, _ in e.ttft], [v for _, v in e.ttft], s=6, color=LINE, linewidths=0,
                                label="TTFT at arrival")
-                ymin = min([v for _, v in e.ttft], default=0.0)
-                ax.plot(e.arrivals, [ymin] * len(e.arrivals), "|", color=MUTED, markersize=6, label="arrivals")
+                # arrivals as ticks along the bottom edge, whatever the TTFT scale
+                ax.plot(e.arrivals, [0.04] * len(e.arrivals), "|", color=MUTED, markersize=8, label="arrivals",
+                        transform=ax.get_xaxis_transform())
                 ax.set_ylabel("TTFT (ms)")
                 ax.legend(loc="upper right")
         axes[-1].set_xlabel(f"s from the window's start ({e.clock} clock)")
