@@ -129,3 +129,27 @@ def check_numbers(numbers: list[dict[str, Any]], doc: dict[str, Any]) -> int:
         scaled = float(want) * x["scale"]
         assert abs(scaled - got) <= half * 1.0001 + 1e-9, f"{x['key']}: page {x['text']!r}, document {want!r}"
     return len(numbers)
+
+
+def engine_scope_trace(directory: Path, handshake: bool) -> Path:
+    """vLLM-shaped: the server's spans are its engine's (``requests.server_scope = engine``), each
+    client.request 40 ms longer than them; with ``handshake`` the probe timed a 2 ms TCP connect,
+    so network and the server's frontend can be split."""
+    rows = []
+    if handshake:
+        rows.append(("", "client.connect", -10 * MS, -8 * MS, "client"))
+    toks: dict[str, list[Any]] = {"request_id": [], "index": [], "emit_ns": []}
+    for i in range(3):
+        s = i * 2000 * MS
+        rows += [(f"r{i}", "client.request", s, s + 1040 * MS, "client"),
+                 (f"r{i}", "server.request", s, s + 1000 * MS, "server"),
+                 (f"r{i}", "prefill", s, s + 60 * MS, "server"), (f"r{i}", "decode", s + 60 * MS, s + 1000 * MS, "server")]
+        for k in range(10):
+            toks["request_id"].append(f"r{i}")
+            toks["index"].append(k)
+            toks["emit_ns"].append(s + 60 * MS + k * 100 * MS)
+    requests = pa.table({"request_id": ["r0", "r1", "r2"], "status": ["ok"] * 3,
+                         "output_tokens": pa.array([10] * 3, pa.int32()), "server_scope": ["engine"] * 3})
+    tokens = pa.table({"request_id": toks["request_id"], "index": pa.array(toks["index"], pa.int32()),
+                       "emit_ns": pa.array(toks["emit_ns"], pa.int64())})
+    return make_trace(directory, {"spans": spans_table(rows), "tokens": tokens, "requests": requests})

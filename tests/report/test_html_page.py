@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from html_fixtures import SAMPLES, engine_trace, hostile_trace
+from html_fixtures import SAMPLES, engine_scope_trace, engine_trace, hostile_trace
 
 from tests.conftest import REPO, make_trace, spans_table
 
@@ -93,6 +93,24 @@ def test_a_page_that_cannot_be_written_is_one_line_and_exit_3(tmp_path: Path) ->
     r = _run("analyze", SAMPLES / "network", "--html", tmp_path / "no-such-dir" / "x.html")
     assert r.returncode == 3 and r.stderr.count("\n") == 1
     assert "x.html: cannot write the page (No such file or directory)" in r.stderr
+
+
+@pytest.mark.parametrize("handshake", [False, True])
+def test_network_and_the_servers_frontend_are_shown_as_the_analysis_splits_them(handshake: bool, cli: Any,
+                                                                                 tmp_path: Path) -> None:
+    page = tmp_path / "v.html"
+    r = cli("analyze", engine_scope_trace(tmp_path / "vllm", handshake), "--json", "--html", page)
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    text = page.read_text()
+    rows = dict(re.findall(r"<tr><td>([a-z_]+)</td>(.*?)</tr>", text[text.index('id="verdict"'):]))
+    if handshake:  # rtt-split: frontend is a component of its own, network the round trip
+        assert doc["network_evidence"]["basis"] == "rtt-split" and doc["components"]["frontend"]["measured"]
+        assert 'data-key="components.frontend.ms"' in rows["frontend"] and "not split" not in text
+    else:  # unsplit: neither is measured; the page says what the 40 ms outside the engine holds
+        assert doc["network_evidence"]["basis"] == "unsplit" and "frontend" not in rows
+        assert "not split from the server&#x27;s frontend: network + frontend 40.0 ms per request" in rows["network"]
+        assert "not split (network + frontend)" in text  # in the figure too, never a zero bar
 
 
 def test_the_engine_section_shows_histogram_percentiles_as_bounds(cli: Any, tmp_path: Path) -> None:
