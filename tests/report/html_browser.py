@@ -72,6 +72,7 @@ class Browser:
             raise RuntimeError(why)
         self.width, self.height = width, height
         self._profile = tempfile.TemporaryDirectory(prefix="tt-chromium-")
+        self._log = open(Path(self._profile.name) / "chromium.log", "wb")  # noqa: SIM115 (closed in close())
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
 
@@ -82,7 +83,8 @@ class Browser:
 
         self.proc = subprocess.Popen(
             [exe, *FLAGS, f"--user-data-dir={self._profile.name}", f"--window-size={width},{height}", "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=fds,
+            # chromium's own log goes to a file (a pipe nobody reads could fill and stall it)
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._log, preexec_fn=fds,
             pass_fds=(3, 4), close_fds=True)
         os.close(cmd_r)
         os.close(res_w)
@@ -204,8 +206,7 @@ class Browser:
                 f.close()
             except OSError:
                 pass
-        if self.proc.stderr:
-            self.proc.stderr.close()
+        self._log.close()
         self._profile.cleanup()
 
     def __enter__(self) -> Browser:
