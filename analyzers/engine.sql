@@ -173,13 +173,15 @@ JOIN _engine_pick AS p ON p.trace = m.trace
 -- @column requests_waiting: Requests waiting (summed over label sets); null when not exported.
 -- @column requests_running: Requests running (summed over label sets); null when not exported.
 -- @column kv_cache_usage: KV-cache usage, fraction 0-1 (averaged over label sets); null when not exported.
+-- @column preemptions: The engine's preemption counter as scraped (summed over label sets; counts since the engine started, so read its increase), count; null when not exported.
 CREATE OR REPLACE VIEW engine_timeline AS
 SELECT trace, ts_ns,
-    sum(value) FILTER (WHERE concept = 'requests_waiting') AS requests_waiting,
-    sum(value) FILTER (WHERE concept = 'requests_running') AS requests_running,
-    avg(value) FILTER (WHERE concept = 'kv_cache_usage') AS kv_cache_usage
+    sum(value) FILTER (WHERE concept = 'requests_waiting' AND kind = 'gauge') AS requests_waiting,
+    sum(value) FILTER (WHERE concept = 'requests_running' AND kind = 'gauge') AS requests_running,
+    avg(value) FILTER (WHERE concept = 'kv_cache_usage' AND kind = 'gauge') AS kv_cache_usage,
+    sum(value) FILTER (WHERE concept = 'preemptions' AND kind = 'counter') AS preemptions
 FROM _engine_samples
-WHERE kind = 'gauge'
+WHERE kind = 'gauge' OR (kind = 'counter' AND concept = 'preemptions')
 GROUP BY trace, ts_ns;
 
 -- Per series (concept, labels, part), its value at the scrapes that bracket the window.

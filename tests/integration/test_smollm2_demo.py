@@ -26,3 +26,12 @@ def test_demo_serves_smollm2(tmp_path: Path, smollm2_dir: Path) -> None:
     assert t.meta["model"]["name"] == "SmolLM2-135M-Instruct" and t.meta["merge"]["joined"] == 3
     assert t.meta["probe"]["prompt_file"] is not None  # real questions, not random words
     assert doc["components"]["decode"]["ms"] > 0
+    # the HTML page of a real model's trace: every section with the data is drawn
+    pytest.importorskip("matplotlib", reason="the html extra (matplotlib) is not installed")
+    page = tmp_path / "demo.html"
+    rep = run_tracetool("report", out, "--html", page, "-o", tmp_path / "demo.md", timeout=300)
+    assert rep.returncode == 0, rep.stderr[-2000:]
+    text = page.read_text()
+    for section in ("verdict", "waterfalls", "distributions", "decode"):
+        assert f'<section id="{section}" data-absent="false">' in text, section
+    assert "](demo.html)" in (tmp_path / "demo.md").read_text()

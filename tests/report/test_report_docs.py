@@ -53,5 +53,8 @@ def test_the_example_workflow_gates_and_uploads_junit() -> None:
     assert re.search(r'tracetool report .*--format md >> "\$GITHUB_STEP_SUMMARY"', script)
     assert "--baseline traces/baseline" in script and "--budget ci/latency.toml" in script
     assert "--format junit -o latency-junit.xml" in script
+    assert "--html latency/latency.html" in script  # the page, kept with the reports
+    kept = next(s for s in steps if s.get("with", {}).get("name") == "latency-report")
+    assert "latency/" in kept["with"]["path"].split()
     junit = [s for s in steps if "junit" in str(s.get("uses", ""))]
     assert junit and junit[0]["with"]["report_paths"] == "latency-junit.xml" and junit[0]["if"] == "always()"

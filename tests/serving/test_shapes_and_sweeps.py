@@ -81,6 +81,7 @@ def test_a_rate_sweep_writes_a_trace_per_level_and_finds_the_best_level(serial: 
     assert doc["moved"].startswith("client_queue share ") and "at 2, " in doc["moved"] and "at 40" in doc["moved"]
     assert low["slo"]["met"] and not high["slo"]["met"]
     assert doc["best_level"] == 2
+    assert json.loads((out / "sweep.json").read_text()) == doc  # what report --html OUT draws the sweep from
     text = cli("probe", serial[0].url, "--concurrency", "1,2", "-n", 2, "-q", "-o", tmp_path / "c")
     assert text.code == 0, text.err
     assert "where it moved" in text.out and (tmp_path / "c" / "1" / "meta.json").exists()

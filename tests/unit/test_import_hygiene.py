@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-HEAVY = ("torch", "textual", "duckdb", "pynvml", "transformers", "pandas")
+HEAVY = ("torch", "textual", "duckdb", "pynvml", "transformers", "pandas", "matplotlib")
 
 
 def loaded_after(statement: str) -> set[str]:
@@ -24,6 +24,9 @@ def loaded_after(statement: str) -> set[str]:
     ("import tracetool.cli", {"torch", "textual", "duckdb", "pynvml", "transformers", "pandas"}),
     ("import tracetool.reader, tracetool.writer", {"torch", "textual", "duckdb", "pandas"}),
     ("import tracetool.trace_source", {"torch", "textual", "duckdb", "pynvml", "transformers", "pandas"}),
+    # the HTML page draws with matplotlib only when a page is drawn
+    ("import tracetool.report, tracetool.report.html", {"matplotlib", "duckdb", "textual", "torch"}),
+    ("import tracetool.cli.report_cmd, tracetool.cli.analyze_cmd, tracetool.cli.diff_cmd", {"matplotlib"}),
 ])
 def test_light_paths_stay_light(statement: str, forbidden: set[str]) -> None:
     loaded = loaded_after(statement)

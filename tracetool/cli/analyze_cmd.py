@@ -17,8 +17,11 @@ from tracetool.cli.common import (
     emit_json,
     fmt_ms,
     fmt_pct,
+    html_option,
     json_option,
+    need_html,
     roofline_options,
+    said_page,
     warn,
 )
 from tracetool.errors import EXIT_THRESHOLD
@@ -54,9 +57,10 @@ _VERDICT_MARK = {"supported": "✓", "contributing": "~", "misdiagnosis": "✗",
               help="Run the analyzer modules on DuckDB, or on Apache Spark SQL (the spark extra and Java 17; "
                    "docs/fleet.md).")
 @click.option("--spark-master", metavar="URL", help="Spark master URL for --engine spark (default local[*]).")
+@html_option
 def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], roofline: Roofline,
             thresholds: tuple[str, ...], slo: str | None, group_by: str | None, strict: bool,
-            memory_limit: str | None, engine: str, spark_master: str | None) -> int:
+            memory_limit: str | None, engine: str, spark_master: str | None, html_file: Path | None) -> int:
     """Attribute each request's latency and say which story about it is wrong.
 
     TRACES are trace directories, or datasets: directory trees of traces whose
@@ -69,8 +73,11 @@ def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], ro
     TPOT follow vLLM bench serve. Decode is fitted against KV length and, when
     model and GPU are known (meta.json or --model/--gpu), compared with the
     memory-bandwidth roofline. Findings quote the measured numbers
-    (docs/findings.md). Exit 0; 1 with --strict when a dataset's trace was
-    skipped; 3 when nothing can be analysed.
+    (docs/findings.md). --html FILE also writes a self-contained page with
+    the plots (where the time went, request waterfalls, latency CDFs, decode
+    against KV length, the engine over time), its numbers those of --json.
+    Exit 0; 1 with --strict when a dataset's trace was skipped; 2 for --html
+    without matplotlib or with --engine spark; 3 when nothing can be analysed.
     """
     import analyzers
     from analyzers.fleet import analyze_dataset
@@ -78,6 +85,11 @@ def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], ro
     from tracetool.slo import parse_slo
 
     spec = parse_slo(slo)
+    if html_file is not None and engine == "spark":
+        from tracetool.errors import UsageError
+
+        raise UsageError("--html draws from DuckDB's tables: use it with --engine duckdb")
+    need_html(html_file)
     th = analyzers.Thresholds().with_overrides(dict(analyzers.parse_threshold(t) for t in thresholds))
     keys = None if group_by is None else [k.strip() for k in group_by.split(",") if k.strip()]
     limit = (parse_memory(memory_limit) if memory_limit is not None
@@ -91,6 +103,10 @@ def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], ro
         warn(w)
     if doc["itl_ms"]["n"] == 0 and doc["ttft_ms"]["n"] == 0:
         warn("note: no token rows with a start to measure from: TTFT, ITL and TPOT are not measured")
+    if html_file is not None:
+        from tracetool.report.html import analysis_page, write
+
+        said_page(write(analysis_page(a.analysis, doc), html_file))
     if as_json:
         emit_json(doc)
     else:

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -23,6 +24,27 @@ def json_option(fn: F) -> F:
     """``--json``: emit the command's documented, versioned JSON on stdout instead of text."""
     return click.option("--json", "as_json", is_flag=True,
                         help="Print machine-readable JSON on stdout (schema in docs/).")(fn)
+
+
+def html_option(fn: F) -> F:
+    """``--html FILE``: also write the self-contained HTML page with the plots (the ``html`` extra)."""
+    return click.option("--html", "html_file", type=click.Path(path_type=Path), metavar="FILE",
+                        help="Also write a self-contained HTML page with the plots to FILE (needs the html "
+                             "extra: pip install 'tracetool-llm[html]').")(fn)
+
+
+def need_html(html_file: Path | None) -> None:
+    """Refuse ``--html`` at once (exit 2, one line) when matplotlib is missing, before any analysis."""
+    if html_file is not None:
+        from tracetool.report.html import require
+
+        require()
+
+
+def said_page(written: Any) -> None:
+    """One line on stderr: where the page went and its size."""
+    images = f", {len(written.images)} figures beside it" if written.images else ""
+    warn(f"wrote {written.page} ({written.bytes / 1e6:.2f} MB{images})")
 
 
 @dataclass(frozen=True)

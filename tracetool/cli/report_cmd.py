@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
-from tracetool.cli.common import Roofline, roofline_options, warn
+from tracetool.cli.common import Roofline, html_option, need_html, roofline_options, said_page, warn
 from tracetool.errors import EXIT_OK, EXIT_THRESHOLD, BadInput
 
 
@@ -38,8 +39,14 @@ from tracetool.errors import EXIT_OK, EXIT_THRESHOLD, BadInput
 @click.option("--slo", default=None, metavar="KEY=MS,...",
               help="Service-level objectives (ttft_ms, tpot_ms, itl_ms, e2e_ms): goodput and attainment in the "
                    "report, judged by the budget's goodput_min and slo_attainment_min (default: the budget's slo).")
+@html_option
+@click.option("--html-url", "html_url", metavar="URL",
+              help="Where the page and its figures will be served from (a Pages site, an artifact URL, "
+                   "artifact:// on Buildkite): the Markdown's links and images point there (default: paths "
+                   "relative to -o, or to the current directory).")
 def report(trace: Path, baseline: Path | None, budget_file: Path | None, fmt: str, output: Path | None,
-           tolerance_pct: float | None, roofline: Roofline, claims: tuple[str, ...], slo: str | None) -> int:
+           tolerance_pct: float | None, roofline: Roofline, claims: tuple[str, ...], slo: str | None,
+           html_file: Path | None, html_url: str | None) -> int:
     """Latency report and CI gate for TRACE: percentiles, breakdown, findings, checks.
 
     Prints TTFT/ITL/TPOT/e2e percentiles, where the time went, the analysis'
@@ -50,15 +57,27 @@ def report(trace: Path, baseline: Path | None, budget_file: Path | None, fmt: st
     limits. TRACE may be any v1 trace, imported ones included (what they cannot
     measure is skipped, not zero).
 
+    --html FILE also writes a self-contained page with the plots (the checks,
+    where the time went, waterfalls, CDFs, decode, the engine; a probe sweep's
+    output directory gives the sweep's page) and each figure as an SVG beside
+    it; the Markdown then links the page and shows the figures (--html-url
+    for where they will be served).
+
     Exit codes: 0 all checks passed, 1 a check failed (failing lines on
-    stderr), 2 usage (e.g. a relative budget without --baseline), 3 bad input
-    (not a trace, no requests, a bad budget file).
+    stderr), 2 usage (e.g. a relative budget without --baseline, --html
+    without matplotlib), 3 bad input (not a trace, no requests, a bad budget
+    file).
     """
     from tracetool.report import analyse, build_report, load_budget, render
     from tracetool.report.budget import Budget
     from tracetool.slo import parse_slo
 
     spec = parse_slo(slo)
+    if html_url is not None and html_file is None:
+        from tracetool.errors import UsageError
+
+        raise UsageError("--html-url says where the --html page is served: give --html FILE too")
+    need_html(html_file)
     budget = load_budget(budget_file) if budget_file is not None else Budget()
     budget.require_baseline(baseline is not None)  # a usage error before minutes of analysis
     spec = spec or parse_slo(budget.slo)
@@ -73,6 +92,8 @@ def report(trace: Path, baseline: Path | None, budget_file: Path | None, fmt: st
     for c in doc["checks"]:
         if c["status"] == "skip":
             warn(f"skipped {c['key']}: {c['message']}")
+    if html_file is not None:
+        doc["html"] = _write_page(trace, run, doc, html_file, html_url, output)
     text = render(doc, fmt)
     if output is None:
         sys.stdout.write(text)
@@ -87,3 +108,26 @@ def report(trace: Path, baseline: Path | None, budget_file: Path | None, fmt: st
     for line in rep.failing_lines():
         warn(line)
     return EXIT_OK if rep.passed else EXIT_THRESHOLD
+
+
+def _write_page(trace: Path, run: Any, doc: dict[str, Any], page: Path, url: str | None,
+                output: Path | None) -> dict[str, Any]:
+    """Write the page (a sweep's when TRACE is a probe sweep's output directory) and its figures;
+    the report's ``html`` object: where the Markdown links them."""
+    import os
+
+    from tracetool.report.html import read_sweep, report_page, sweep_page, write
+
+    sweep = read_sweep(trace)
+    html = sweep_page(sweep, trace.name) if sweep is not None else report_page(run.analysis, doc, run.doc)
+    written = write(html, page, images=True)
+    said_page(written)
+    base = (output.parent if output is not None else Path.cwd()).resolve()
+
+    def link(p: Path) -> str:
+        if url is not None:
+            return url.rstrip("/") + "/" + p.name
+        return Path(os.path.relpath(p.resolve(), base)).as_posix()
+
+    return {"page": link(written.page), "bytes": written.bytes,
+            "figures": [{"path": link(f), "title": title} for f, title in written.images]}

@@ -48,6 +48,8 @@ class Run:
     samples: dict[str, Sample]
     source: str | None = None
     warnings: list[str] = field(default_factory=list)
+    #: the :class:`analyzers.Analysis` itself, for what the document does not hold (the HTML page's figures)
+    analysis: Any = None
 
     def side(self) -> Side:
         """The gate's view, with numbers rounded as the JSON shows them (ms to 3 decimals, shares to
@@ -94,7 +96,8 @@ def analyse(path: str | os.PathLike[str], *, role: str = "trace", model: str | N
     sources = sorted({str(t.meta.get("import", {}).get("tool")) for t in traces
                       if isinstance(t.meta.get("import"), dict) and t.meta["import"].get("tool")})
     return Run(label=a.label, doc=doc, samples=samples_of(a), source=", ".join(sources) or None,
-               warnings=[*(doc.get("warnings") or []), *(f"{m.path}: skipped: {why}" for m, why in opened.bad)])
+               warnings=[*(doc.get("warnings") or []), *(f"{m.path}: skipped: {why}" for m, why in opened.bad)],
+               analysis=a)
 
 
 def samples_of(a: Any) -> dict[str, Sample]:

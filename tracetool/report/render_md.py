@@ -35,7 +35,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         out.append("")
     if doc["checks"]:
         out += ["### Checks", ""]
-        rows = [[STATUS_MARK[c["status"]], c["title"], _measured(c), c["message"]] for c in doc["checks"]]
+        rows = [[STATUS_MARK[c["status"]], c["title"], check_value(c), c["message"]] for c in doc["checks"]]
         out += table(["", "check", "measured", "detail"], rows, "clll")
         out.append("")
     out += ["### Latency", ""]
@@ -90,9 +90,34 @@ def render_markdown(doc: dict[str, Any]) -> str:
                  c["detail"]] for c in doc["claims"]]
         out += table(["claim", "verdict", "share of e2e", "evidence"], rows, "llrl")
         out.append("")
+    if doc.get("html"):
+        out += _pictures(doc["html"])
     out.append(f"<sub>{doc['format']} v{doc['version']} · `tracetool report --format json` has every number "
                "· docs/ci-reports.md</sub>")
     return "\n".join(out) + "\n"
+
+
+def _pictures(h: dict[str, Any]) -> list[str]:
+    """The page and its figures (``report --html``): a link, then each figure as an image. Where a
+    host shows no image from that address, the alt text says what the figure is."""
+    out = ["### Pictures", "", f"The whole page, self-contained (opens offline): [{_link_text(h['page'])}]"
+           f"({_url(h['page'])})", ""]
+    for f in h["figures"]:
+        out += [f"![{_alt(f['title'])}]({_url(f['path'])})", ""]
+    return out
+
+
+def _link_text(path: str) -> str:
+    return path.rsplit("/", 1)[-1].replace("[", "").replace("]", "")
+
+
+def _alt(text: str) -> str:
+    return " ".join(text.split()).replace("[", "(").replace("]", ")")
+
+
+def _url(path: str) -> str:
+    """A link target Markdown keeps whole: spaces and parentheses escaped."""
+    return path.replace(" ", "%20").replace("(", "%28").replace(")", "%29")
 
 
 def _verdict_line(doc: dict[str, Any]) -> str:
@@ -114,7 +139,8 @@ def _requests(r: dict[str, Any]) -> str:
     return f"{r['requests']} requests{failed}"
 
 
-def _measured(c: dict[str, Any]) -> str:
+def check_value(c: dict[str, Any]) -> str:
+    """A check's measured value as the Markdown and the HTML page show it."""
     if c["value"] is None:
         return NOT_MEASURED
     if c["unit"] == "pct":
@@ -150,4 +176,4 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-__all__ = ["render_markdown", "table"]
+__all__ = ["check_value", "render_markdown", "table"]

@@ -56,8 +56,23 @@ def run_sweep(cfg: ProbeConfig, axis: str, levels: list[float], slo: Any = None)
         c = replace(cfg, out=out, **({"concurrency": int(level)} if axis == "concurrency" else {"rate": level}))
         rep = probe_report(run_probe(c), slo=slo)
         rows.append(_row(level, rep, _shares(out), out))
-    return {"format": FORMAT, "version": VERSION, "axis": axis, "levels": rows, "moved": moved(axis, rows),
-            "best_level": best_level(rows) if slo is not None else None}
+    doc = {"format": FORMAT, "version": VERSION, "axis": axis, "levels": rows, "moved": moved(axis, rows),
+           "best_level": best_level(rows) if slo is not None else None}
+    write_summary(Path(cfg.out), doc)
+    return doc
+
+
+SUMMARY_FILE = "sweep.json"
+
+
+def write_summary(out: Path, doc: dict[str, Any]) -> None:
+    """The summary as ``OUT/sweep.json`` (what ``report --html OUT`` draws the sweep from)."""
+    import json
+
+    try:
+        (out / SUMMARY_FILE).write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    except OSError as e:
+        raise BadInput(f"{out / SUMMARY_FILE}: cannot write the sweep summary ({e.strerror or e})") from e
 
 
 def _shares(out: Path) -> dict[str, float]:

@@ -1,0 +1,84 @@
+"""The HTML page (``--html``) on big traces: its size for 1M tokens and its time for 10M.
+
+Generates the traces with ``benchmarks/gen_trace.py`` (into /tmp, never the repository), then
+for each: the analysis (``analyzers.analyze``, as ``analyze --json`` runs it) and the page on top
+of it (``analysis_page`` + ``write``), timed apart, ``runs`` times; and once the whole command,
+``tracetool analyze TRACE --html FILE``, as a user runs it (a child process, wall time).
+
+    python benchmarks/bench_html.py                  # 1M and 10M tokens, 3 runs
+    python benchmarks/bench_html.py --runs 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+from gen_trace import generate  # noqa: E402
+from results import Figure, write  # noqa: E402
+
+
+def measure(trace: Path, runs: int) -> tuple[list[float], list[float], int]:
+    import analyzers
+    from tracetool.report.html import analysis_page
+    from tracetool.report.html import write as write_page
+
+    analysis, page, size = [], [], 0
+    for _ in range(runs):
+        t = time.perf_counter()
+        a = analyzers.analyze(trace)
+        doc = a.to_json()
+        t1 = time.perf_counter()
+        w = write_page(analysis_page(a, doc), trace.with_suffix(".html"))
+        t2 = time.perf_counter()
+        analysis.append(t1 - t)
+        page.append(t2 - t1)
+        size = w.bytes
+    return analysis, page, size
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--dir", type=Path, default=Path("/tmp"))
+    args = ap.parse_args()
+    figures = []
+    for tokens, name in ((1_000_000, "1M"), (10_000_000, "10M")):
+        trace = args.dir / f"tt-bench-html-{name.lower()}"
+        if not (trace / "meta.json").exists():
+            generate(trace, tokens=tokens)
+        analysis, page, size = measure(trace, args.runs)
+        print(f"{name}: analysis {statistics.median(analysis):.2f} s, page {statistics.median(page):.2f} s "
+              f"(min {min(page):.2f}, max {max(page):.2f}), {size / 1e6:.2f} MB")
+        if name == "1M":
+            figures.append(Figure("page of a 1,000,000-token trace: size", round(size / 1e6, 2), "MB",
+                                  target="under a few MB", met=size < 5e6))
+        else:
+            figures.append(Figure("page of a 10,000,000-token trace: time on top of the analysis (median)",
+                                  round(statistics.median(page), 2), "s", interval=(round(min(page), 2),
+                                                                                     round(max(page), 2)),
+                                  interval_is=f"min-max of {args.runs} runs", target="< 10 s",
+                                  met=max(page) < 10))
+            figures.append(Figure("its analysis alone (median)", round(statistics.median(analysis), 2), "s"))
+            t = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "tracetool", "analyze", str(trace), "--html",
+                            str(trace.with_suffix(".html"))], check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+            whole = time.perf_counter() - t
+            print(f"10M: tracetool analyze --html, the whole command: {whole:.2f} s")
+            figures.append(Figure("tracetool analyze --html of 10,000,000 tokens, the whole command", round(whole, 2),
+                                  "s"))
+    write("bench_html", figures, note="page = analysis_page + write; the analysis is timed apart "
+                                      "(bench_analyze has it on its own)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,218 @@
+"""``--html FILE`` without a browser: bad input gives a page or one line, never a traceback; trace
+strings are escaped; the page is self-contained and the same bytes every time; the Markdown
+report points to the page and its figures; without matplotlib, one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+from html_fixtures import SAMPLES, engine_scope_trace, engine_trace, hostile_trace
+
+from tests.conftest import REPO, make_trace, spans_table
+
+pytest.importorskip("matplotlib", reason="the html extra (matplotlib) is not installed")
+MS = 1_000_000
+
+
+def _sections(page: str) -> dict[str, str]:
+    """section id -> "drawn" or its reason."""
+    out = {}
+    for sid, absent, rest in re.findall(r'<section id="([^"]+)"[^>]*data-absent="(true|false)">(.*?)</section>',
+                                        page, re.S):
+        reason = re.search(r'<p class="reason">(.*?)</p>', rest)
+        out[sid] = reason.group(1) if absent == "true" and reason else "drawn"
+    return out
+
+
+def test_the_page_is_self_contained_and_the_same_bytes_every_time(cli: Any, tmp_path: Path) -> None:
+    pages = []
+    for k in range(2):
+        p = tmp_path / f"chat{k}.html"
+        assert cli("analyze", SAMPLES / "chat", "--html", p).code == 0
+        pages.append(p.read_text())
+    assert pages[0] == pages[1]
+    page = pages[0]
+    assert "<script" not in page and "@import" not in page and "url(http" not in page
+    # nothing to fetch: every src/href is an anchor in the page (the SVGs' xmlns are names, not fetches)
+    refs = re.findall(r'\b(?:src|href|xlink:href)="([^"]*)"', page)
+    assert refs and all(r.startswith("#") for r in refs), sorted({r for r in refs if not r.startswith("#")})
+    assert "default-src 'none'" in page  # and the browser refuses any fetch anyway
+    assert "data:image" not in page  # every figure is vector: no raster inside an SVG
+    assert len(page.encode()) < 2_000_000
+
+
+def test_strings_from_a_trace_are_escaped_and_never_markup(cli: Any, tmp_path: Path) -> None:
+    trace = hostile_trace(tmp_path / "hostile")
+    page = tmp_path / "h.html"
+    r = cli("analyze", trace, "--html", page)
+    assert r.code == 0, r.err
+    text = page.read_text()
+    assert "<script>" not in text and "<img" not in text
+    assert 'title="&lt;script&gt;alert(1)&lt;/script&gt;$x^2$&amp;&quot;&#x27;&lt;img' in text  # the table, whole
+    assert "$x^2$" in text  # mathtext stayed off: the dollars are text in the figure too
+    ET.fromstring(re.search(r"<svg.*?</svg>", text[text.index('id="waterfalls"'):], re.S).group(0))  # valid XML
+
+
+def test_a_trace_without_tokens_gives_a_page_that_says_what_is_missing(cli: Any, tmp_path: Path) -> None:
+    rows = []
+    for i in range(3):
+        s = i * 400 * MS
+        rows += [(f"r{i}", "client.request", s, s + 300 * MS, "client"),
+                 (f"r{i}", "server.request", s + 10 * MS, s + 290 * MS, "server"),
+                 (f"r{i}", "prefill", s + 20 * MS, s + 80 * MS, "server")]
+    trace = make_trace(tmp_path / "no-tokens", {"spans": spans_table(rows)})
+    page = tmp_path / "p.html"
+    r = cli("analyze", trace, "--html", page)
+    assert r.code == 0, r.err
+    got = _sections(page.read_text())
+    assert got["verdict"] == "drawn" and got["waterfalls"] == "drawn" and got["distributions"] == "drawn"
+    assert got["decode"] == "Not drawn: the trace has no tokens"
+    assert "no server_metrics table" in got["engine"]
+    assert "Traceback" not in r.err
+
+
+def test_slos_are_drawn_as_lines_and_said_beside_them(cli: Any, tmp_path: Path) -> None:
+    page = tmp_path / "slo.html"
+    r = cli("analyze", SAMPLES / "chat", "--slo", "ttft_ms=150,e2e_ms=3000", "--json", "--html", page)
+    assert r.code == 0, r.err
+    slo = json.loads(r.out)["slo"]
+    text = page.read_text()
+    assert "SLO 150 ms" in text and "SLO 3000 ms" in text and "SLO 50 ms" not in text  # a line per target
+    assert f'data-key="slo.met_requests">{slo["met_requests"]}<' in text
+
+
+def test_a_page_that_cannot_be_written_is_one_line_and_exit_3(tmp_path: Path) -> None:
+    r = _run("analyze", SAMPLES / "network", "--html", tmp_path / "no-such-dir" / "x.html")
+    assert r.returncode == 3 and r.stderr.count("\n") == 1
+    assert "x.html: cannot write the page (No such file or directory)" in r.stderr
+
+
+@pytest.mark.parametrize("handshake", [False, True])
+def test_network_and_the_servers_frontend_are_shown_as_the_analysis_splits_them(handshake: bool, cli: Any,
+                                                                                 tmp_path: Path) -> None:
+    page = tmp_path / "v.html"
+    r = cli("analyze", engine_scope_trace(tmp_path / "vllm", handshake), "--json", "--html", page)
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    text = page.read_text()
+    rows = dict(re.findall(r"<tr><td>([a-z_]+)</td>(.*?)</tr>", text[text.index('id="verdict"'):]))
+    if handshake:  # rtt-split: frontend is a component of its own, network the round trip
+        assert doc["network_evidence"]["basis"] == "rtt-split" and doc["components"]["frontend"]["measured"]
+        assert 'data-key="components.frontend.ms"' in rows["frontend"] and "not split" not in text
+    else:  # unsplit: neither is measured; the page says what the 40 ms outside the engine holds
+        assert doc["network_evidence"]["basis"] == "unsplit" and "frontend" not in rows
+        assert "not split from the server&#x27;s frontend: network + frontend 40.0 ms per request" in rows["network"]
+        assert "not split (network + frontend)" in text  # in the figure too, never a zero bar
+
+
+def test_the_engine_section_shows_histogram_percentiles_as_bounds(cli: Any, tmp_path: Path) -> None:
+    page = tmp_path / "e.html"
+    r = cli("analyze", engine_trace(tmp_path / "engine"), "--json", "--html", page)
+    assert r.code == 0, r.err
+    queue = json.loads(r.out)["engine"]["queue_time_ms"]
+    assert queue["bucketed"] and queue["p50_max"] is not None
+    text = page.read_text()
+    assert _sections(text)["engine"] == "drawn"
+    # the bound, never a bare estimate: "p50 ≤ 0.20 ms, p95 ≤ 0.20 ms (from buckets)"
+    assert re.search(r"p50 ≤ [\d.]+ ms, p95 ≤ [\d.]+ ms \(from buckets\)", text)
+    # the engine's numbers fill the queue component: hatched in the figure, said in the table
+    assert "engine metrics: a window mean, not per request" in text
+
+
+def test_an_empty_trace_is_one_line_and_exit_3(tmp_path: Path) -> None:
+    empty = make_trace(tmp_path / "empty", {})
+    for cmd in (["analyze", empty], ["report", empty], ["diff", empty, empty]):
+        r = _run(*cmd, "--html", tmp_path / "x.html")
+        assert r.returncode == 3, r.stderr
+        assert r.stderr.count("\n") == 1 and r.stderr.startswith("tracetool: error: ") and "Traceback" not in r.stderr
+        assert not (tmp_path / "x.html").exists()
+
+
+def test_a_one_level_sweep_and_a_broken_summary(cli: Any, tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    (sweep / "4").mkdir(parents=True)
+    for f in (SAMPLES / "chat").iterdir():
+        (sweep / "4" / f.name).write_bytes(f.read_bytes())
+    level = {"level": 4, "trace": str(sweep / "4"), "requests": 6, "ok": 6, "failed": 0,
+             "ttft_ms": {"p50": 112.0, "p90": 150.0, "p99": 165.0}, "itl_ms": {"p50": 17.0, "p90": 33.0, "p99": 52.0},
+             "e2e_ms": {"p50": 2960.0, "p90": 3070.0, "p99": 3080.0}, "request_throughput": 0.68,
+             "output_token_throughput": 131.0, "shares": {"decode": 0.96, "prefill": 0.02}, "bottleneck": "decode",
+             "client_bound": None, "slo": None}
+    (sweep / "sweep.json").write_text(json.dumps({"format": "tracetool-sweep", "version": 1, "axis": "rate",
+                                                   "levels": [level], "moved": None, "best_level": None}))
+    page = tmp_path / "s.html"
+    r = cli("report", sweep, "--html", page, "-o", tmp_path / "s.md")
+    assert r.code == 0, r.err
+    text = page.read_text()
+    assert _sections(text) == {"sweep": "drawn"} and "One level: nothing to compare across levels" in text
+    assert "goodput: no SLOs given (--slo)" in text
+    (sweep / "sweep.json").write_text("{not json")
+    bad = _run("report", sweep, "--html", page)
+    assert bad.returncode == 3 and "sweep.json: not a readable sweep summary" in bad.stderr
+    assert bad.stderr.count("\n") == 1
+
+
+def test_the_markdown_report_points_to_the_page_and_shows_its_figures(cli: Any, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    r = cli("report", SAMPLES / "queueing", "--html", out / "latency.html", "-o", out / "report.md")
+    assert r.code == 0, r.err
+    md = (out / "report.md").read_text()
+    assert "### Pictures" in md and "](latency.html)" in md
+    images = re.findall(r"!\[([^\]]+)\]\(([^)]+)\)", md)
+    assert len(images) == 4 and images[0][0].startswith("Where the time went")
+    for _, path in images:
+        svg = (out / path).read_text()
+        root = ET.fromstring(svg.split("\n", 1)[1])  # a standalone SVG: the page's colours inside
+        assert root.tag.endswith("svg") and "--fg:" in svg and "prefers-color-scheme: dark" in svg
+    r = cli("report", SAMPLES / "queueing", "--format", "json", "--html", out / "latency.html",
+            "--html-url", "https://ci.example.invalid/artifacts/run-7/")
+    doc = json.loads(r.out)
+    assert doc["html"]["page"] == "https://ci.example.invalid/artifacts/run-7/latency.html"
+    assert [f["path"].rsplit("/", 1)[1] for f in doc["html"]["figures"]] == [p for _, p in images]
+    assert cli("report", SAMPLES / "queueing", "--html-url", "x").code == 2
+
+
+def test_without_matplotlib_html_is_one_line_and_exit_2_before_any_analysis(tmp_path: Path) -> None:
+    block = "import sys; sys.modules['matplotlib'] = None; from tracetool.cli import main; sys.exit(main(sys.argv[1:]))"
+    missing = tmp_path / "no-such-trace"  # refused before the trace is even read
+    for cmd in (["analyze", missing], ["report", missing], ["diff", missing, missing]):
+        r = subprocess.run([sys.executable, "-c", block, *map(str, cmd), "--html", str(tmp_path / "x.html")],
+                           capture_output=True, text=True, cwd=REPO, timeout=120)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.strip() == ("tracetool: error: --html needs matplotlib, which is not installed "
+                                    "(pip install 'tracetool-llm[html]')")
+
+
+@pytest.mark.slow
+def test_a_10m_token_trace_gets_its_page_in_under_10_s(tmp_path: Path) -> None:
+    """The page's own cost on top of the analysis (which benchmarks/RESULTS.md times on its own)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from gen_trace import generate
+
+    import analyzers
+    from tracetool.report.html import analysis_page, write
+
+    generate(tmp_path / "10m", tokens=10_000_000)
+    a = analyzers.analyze(tmp_path / "10m")
+    doc = a.to_json()
+    t = time.perf_counter()
+    written = write(analysis_page(a, doc), tmp_path / "10m.html")
+    took = time.perf_counter() - t
+    assert took < 10, f"the page took {took:.1f} s"
+    text = written.page.read_text()
+    assert written.bytes < 3_000_000 and "a uniform sample of whole requests" in text
+    assert all(v == "drawn" for k, v in _sections(text).items() if k != "engine")
+
+
+def _run(*args: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tracetool", *map(str, args)], capture_output=True, text=True,
+                          cwd=REPO, timeout=300)
