@@ -23,6 +23,7 @@ from tracetool.cli.common import (
 )
 from tracetool.errors import EXIT_THRESHOLD
 from tracetool.glyphs import NOT_MEASURED
+from tracetool.untrusted import echo, shown
 
 _SEVERITY_MARK = {"warning": "!", "info": "·"}
 _VERDICT_MARK = {"supported": "✓", "contributing": "~", "misdiagnosis": "✗", "unmeasured": "?"}
@@ -100,9 +101,8 @@ def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], ro
 
 def print_analysis(doc: dict[str, Any]) -> None:
     """The readable form of an ``analyze --json`` document (``analyze``, ``demo``)."""
-    echo = click.echo
     traces = doc["traces"]
-    where = traces[0]["path"] if len(traces) == 1 else f"{len(traces)} traces"
+    where = shown(traces[0]["path"]) if len(traces) == 1 else f"{len(traces)} traces"
     failed = f", {doc['failed_requests']:,} failed" if doc["failed_requests"] else ""
     echo(f"{where}: {doc['requests']:,} requests{failed}, {doc['decode']['output_tokens'] or 0:,} tokens")
     roof = doc["decode"]["roofline"]
@@ -164,7 +164,7 @@ def print_analysis(doc: dict[str, Any]) -> None:
         echo("")
         echo(f"  {'trace':<24} {'requests':>9} {'e2e p50':>10} {'ttft p50':>10} {'itl p50':>10}  bottleneck")
         for t in traces:
-            echo(f"  {t['trace'][:24]:<24} {t['requests']:>9,} {fmt_ms(t['e2e_ms']['p50']):>10} "
+            echo(f"  {shown(t['trace'], 24):<24} {t['requests']:>9,} {fmt_ms(t['e2e_ms']['p50']):>10} "
                  f"{fmt_ms(t['ttft_ms']['p50']):>10} {fmt_ms(t['itl_ms']['p50']):>10}  {t['bottleneck'] or NOT_MEASURED}")
     groups = doc.get("groups") or []
     if groups:
@@ -173,8 +173,8 @@ def print_analysis(doc: dict[str, Any]) -> None:
         echo(f"  {'group (' + by + ')':<24} {'traces':>6} {'requests':>9} {'e2e p50':>10} {'ttft p50':>10} "
              f"{'itl p50':>10}  bottleneck")
         for g in groups:
-            name = ",".join("-" if v is None else str(v) for v in g["group"].values())
-            echo(f"  {name[:24]:<24} {len(g['traces']):>6} {g['requests']:>9,} {fmt_ms(g['e2e_ms']['p50']):>10} "
+            name = shown(",".join("-" if v is None else str(v) for v in g["group"].values()), 24)
+            echo(f"  {name:<24} {len(g['traces']):>6} {g['requests']:>9,} {fmt_ms(g['e2e_ms']['p50']):>10} "
                  f"{fmt_ms(g['ttft_ms']['p50']):>10} {fmt_ms(g['itl_ms']['p50']):>10}  {g['bottleneck'] or NOT_MEASURED}")
 
 
@@ -212,7 +212,6 @@ def estimate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, ba
     if as_json:
         emit_json(e.to_json())
         return 0
-    echo = click.echo
     echo(f"{e.model} on {e.tp}x {e.gpu}, weights {e.weight_dtype}, KV {e.kv_dtype}, batch {e.batch}, "
          f"prompt {e.prompt:,}, output {e.output:,}")
     echo(f"  weights read per step   {e.weight_bytes / 1e9:,.2f} GB ({e.weight_bytes_per_gpu / 1e9:,.2f} GB per GPU)")

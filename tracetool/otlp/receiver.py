@@ -37,6 +37,7 @@ from typing import Any
 from tracetool.errors import UsageError
 from tracetool.otlp.decode import BadPayload, OtelSpan, decode_json, decode_protobuf
 from tracetool.otlp.sink import OtlpSink
+from tracetool.untrusted import LINE_LIMIT, echo, shown
 
 #: The OTLP/HTTP path of traces (OTLP specification).
 TRACES_PATH = "/v1/traces"
@@ -98,7 +99,7 @@ class Receiver:
 
     def _say(self, line: str) -> None:
         try:
-            print(f"tracetool: receive: {line}", file=self.err, flush=True)
+            print(shown(f"tracetool: receive: {line}", LINE_LIMIT), file=self.err, flush=True)
         except (OSError, ValueError):
             pass
 
@@ -335,8 +336,8 @@ def run_receiver(cfg: ReceiveConfig, *, on_ready: Callable[[Receiver], None] | N
             where.append(f"grpc {r.grpc_address}")
         if r.http_address:
             where.append(f"http://{r.http_address}{TRACES_PATH}")
-        print(f"tracetool: receiving OTLP traces on {' and '.join(where)} (trace {cfg.out}); "
-              "Ctrl-C stops and closes the trace", file=sys.stderr, flush=True)
+        echo(f"tracetool: receiving OTLP traces on {' and '.join(where)} (trace {cfg.out}); "
+             "Ctrl-C stops and closes the trace", err=True)
         if on_ready is not None:
             on_ready(r)
 
@@ -348,6 +349,6 @@ def run_receiver(cfg: ReceiveConfig, *, on_ready: Callable[[Receiver], None] | N
                                     "max_body_bytes": cfg.max_body_bytes})
         writer.close()
         s = sink.stats
-        print(f"tracetool: receiver stopped; {s.spans:,} spans, {s.requests:,} requests, "
-              f"{s.refused_payloads:,} payloads refused; trace {cfg.out} closed", file=sys.stderr, flush=True)
+        echo(f"tracetool: receiver stopped; {s.spans:,} spans, {s.requests:,} requests, "
+             f"{s.refused_payloads:,} payloads refused; trace {cfg.out} closed", err=True)
     return 0
