@@ -31,6 +31,8 @@ import sys
 _CLASS = ("\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
           "\ud800-\udfff\ufffe\uffff")
 UNSAFE = re.compile(f"[{_CLASS}]")
+#: Text with no unsafe character (for an input field's ``restrict``: a paste holding one is refused).
+SAFE_TEXT = f"[^{_CLASS}]*"
 #: One unsafe character, or a run of safe ones.
 _TOKEN = re.compile(f"[{_CLASS}]|[^{_CLASS}]+")
 
@@ -117,5 +119,5 @@ def json_escaped(document: str) -> str:
 _JSON_WHITESPACE = frozenset("\n\r\t")
 
 
-__all__ = ["LINE_LIMIT", "NAME_LIMIT", "TEXT_LIMIT", "UNSAFE", "cut_mark", "echo", "escape_char", "json_escaped",
+__all__ = ["LINE_LIMIT", "NAME_LIMIT", "SAFE_TEXT", "TEXT_LIMIT", "UNSAFE", "cut_mark", "echo", "escape_char", "json_escaped",
            "shown"]

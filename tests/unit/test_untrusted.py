@@ -15,7 +15,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.fuzz.fuzzlib import fuzz_settings
-from tests.untrusted.evil import BIDI, C1, CSI, DCS, NUL, OSC_CLIPBOARD, OSC_LINK, OSC_TITLE, PAYLOAD
+from tests.untrusted.evil import (
+    BIDI,
+    C1,
+    CSI,
+    DCS,
+    NUL,
+    OSC_CLIPBOARD,
+    OSC_LINK,
+    OSC_TITLE,
+    PAYLOAD,
+)
 from tracetool.untrusted import cut_mark, json_escaped, shown
 
 #: What must never come out raw (written out here, not taken from the module under test).

@@ -33,7 +33,7 @@ MARKUP = "[bold]b[/bold][@click=app.quit]q[/]"
 MARKDOWN = "<img src=x onerror=alert(1)>[link](https://evil.example/)`|&#x202e;"
 
 #: One string holding every sequence: what an id, a name or a note is made of in these tests.
-PAYLOAD = "".join((OSC_TITLE, OSC_LINK, OSC_CLIPBOARD, DCS, CSI, C1, BIDI, NUL, MARKUP, MARKDOWN))
+PAYLOAD = "".join((MARKUP, OSC_TITLE, OSC_LINK, OSC_CLIPBOARD, DCS, CSI, C1, BIDI, NUL, MARKDOWN))
 #: What must still be readable where the payload is shown (the words between the controls).
 WORDS = ("pwned", "evil.example", "c1title", "evil", "iso")
 
