@@ -108,6 +108,16 @@ def test_stopping_takes_the_grace_period_whatever_a_thousand_slow_clients_do(tmp
         assert took < 2.5, f"stopping took {took:.2f} s with {n} slow clients"
         for s in held[:n]:  # every client is let go: an answer or the end of the connection
             answer(s)
+        assert r.lines() == [], "connections closed by the stop are not refusals"
+
+
+def test_a_client_that_hangs_up_mid_body_is_not_a_refusal(tmp_path: Path) -> None:
+    with running_receiver(tmp_path / "t") as r, sockets() as held:
+        held.append(slow_body(r.receiver.http_address, length=100_000, sent=b"x" * 5000))
+        r.receiver.wait_http(lambda st: st.in_request == 1, SAFETY_S)
+        held[0].close()
+        r.receiver.wait_http(lambda st: st.open == 0, SAFETY_S)
+        assert r.lines() == []
 
 
 def test_sigterm_stops_the_receive_command_promptly_with_slow_clients(tmp_path: Path, children: list) -> None:

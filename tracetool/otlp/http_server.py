@@ -30,12 +30,15 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Protocol
 
 import h11
 
 #: The largest request line and header block accepted (h11 answers 431 beyond).
 MAX_HEADER_BYTES = 64 << 10
+#: Connections the kernel queues before they are accepted.
+BACKLOG = 2048
 _READ = 64 << 10
 
 
@@ -130,7 +133,9 @@ class HttpServer:
         self._waiters: list[tuple[Callable[[HttpStats], bool], asyncio.Future[None]]] = []
 
     async def start(self, sock: socket.socket) -> None:
-        self._server = await asyncio.start_server(self._accept, sock=sock, limit=_READ)
+        # the backlog asyncio would set (100) drops the SYNs of a burst of connections: clients retry
+        # a second later; the socket's own (2048, tracetool.serving.runner.bind) is kept
+        self._server = await asyncio.start_server(self._accept, sock=sock, limit=_READ, backlog=BACKLOG)
 
     async def wait_for(self, predicate: Callable[[HttpStats], bool]) -> None:
         """Return once ``predicate(stats)`` holds (checked at every change of the counts)."""
@@ -225,10 +230,11 @@ class HttpServer:
             if event is h11.NEED_DATA:
                 wait = self.limits.keep_alive_s if deadline is None else deadline - time.monotonic()
                 data = await self._read(conn, wait)
-                if data:
-                    if deadline is None:
-                        deadline = time.monotonic() + self.limits.read_timeout_s
-                    self._set_in_request(conn, True)
+                if not data:  # the client closed (or the server is stopping): nothing to answer
+                    return None, time.monotonic()
+                if deadline is None:
+                    deadline = time.monotonic() + self.limits.read_timeout_s
+                self._set_in_request(conn, True)
                 h.receive_data(data)
                 continue
             if isinstance(event, h11.Request) and deadline is not None:
@@ -253,7 +259,10 @@ class HttpServer:
             while True:
                 event = h.next_event()
                 if event is h11.NEED_DATA:
-                    h.receive_data(await self._read(conn, deadline - time.monotonic()))
+                    data = await self._read(conn, deadline - time.monotonic())
+                    if not data:  # the client went away mid-body (or the server is stopping): no one to answer
+                        return False
+                    h.receive_data(data)
                 elif isinstance(event, h11.Data):
                     body += event.data
                     if len(body) > limit:
@@ -321,7 +330,8 @@ class HttpServer:
         headers = [("content-type", response.content_type), ("content-length", str(len(response.body)))]
         if close:
             headers.append(("connection", "close"))
-        await self._send(conn, h, h11.Response(status_code=response.status, headers=headers), deadline)
+        await self._send(conn, h, h11.Response(status_code=response.status, headers=headers,
+                                               reason=_phrase(response.status).encode()), deadline)
         await self._send(conn, h, h11.Data(data=response.body), deadline)
         await self._send(conn, h, h11.EndOfMessage(), deadline)
 
@@ -345,7 +355,7 @@ class HttpServer:
 
     async def _write_raw(self, writer: asyncio.StreamWriter, response: Response) -> None:
         """A whole response and the end of what we send (for answers h11 cannot make: no request read)."""
-        head = (f"HTTP/1.1 {response.status} {_REASONS.get(response.status, 'Error')}\r\n"
+        head = (f"HTTP/1.1 {response.status} {_phrase(response.status)}\r\n"
                 f"content-type: {response.content_type}\r\ncontent-length: {len(response.body)}\r\n"
                 "connection: close\r\n\r\n").encode("latin-1")
         with contextlib.suppress(OSError, RuntimeError, asyncio.TimeoutError):
@@ -386,8 +396,11 @@ class HttpServer:
                 fut.set_result(None)
 
 
-_REASONS = {400: "Bad Request", 408: "Request Timeout", 413: "Content Too Large", 431: "Request Header Fields Too Large",
-            503: "Service Unavailable"}
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
 
 
 def _request(event: h11.Request, peer: str) -> Request:
