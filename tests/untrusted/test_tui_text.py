@@ -70,7 +70,7 @@ async def test_every_screen_shows_outside_text_escaped(evil_dataset: Path) -> No
             box.value = sql
             await pilot.press("enter")
             await settle(pilot)
-            check_screen(app, f"sql: {sql!r}")
+            check_screen(app, f"sql: {sql!r}\n{screen_text(app)}")
         box.value = ""
         box.focus()
         box.post_message(events.Paste(f"SELECT '{PAYLOAD}'"))  # a paste holding controls is refused
