@@ -174,26 +174,28 @@ class HttpServer:
         if self._closing:
             writer.transport.abort()
             return
-        if len(self._conns) >= self.limits.max_connections:
-            self.stats.over_cap += 1
-            self._changed()
-            reason = f"{len(self._conns):,} connections open, the most this receiver takes; retry later"
-            await self._over_cap(reader, writer, self.handler.refused(None, peer, 503, reason))
-            return
-        conn = _Conn(reader, writer, peer, asyncio.current_task())
-        self._conns.add(conn)
-        self.stats.open += 1
-        self._changed()
         try:
-            await self._serve(conn)
-        except (_Closed, ConnectionError, asyncio.IncompleteReadError):
-            pass
+            if len(self._conns) >= self.limits.max_connections:
+                self.stats.over_cap += 1
+                self._changed()
+                reason = f"{len(self._conns):,} connections open, the most this receiver takes; retry later"
+                await self._over_cap(reader, writer, self.handler.refused(None, peer, 503, reason))
+                return
+            conn = _Conn(reader, writer, peer, asyncio.current_task())
+            self._conns.add(conn)
+            self.stats.open += 1
+            self._changed()
+            try:
+                await self._serve(conn)
+            finally:
+                self._conns.discard(conn)
+                self.stats.open -= 1
+                self._set_in_request(conn, False)
+        except (_Closed, _Timeout, ConnectionError, asyncio.IncompleteReadError, h11.ProtocolError):
+            pass  # a client that stopped reading or broke the protocol mid-answer: nothing more to say
         except asyncio.CancelledError:  # the loop is ending: the connection ends with it, quietly
             pass
         finally:
-            self._conns.discard(conn)
-            self.stats.open -= 1
-            self._set_in_request(conn, False)
             _close(writer)
 
     async def _serve(self, conn: _Conn) -> None:
