@@ -33,6 +33,7 @@ from typing import Any
 from tracetool.errors import BadInput, UsageError
 from tracetool.meta import write_meta
 from tracetool.schema import META_FILE
+from tracetool.untrusted import echo
 
 ENV_DIR = "TRACETOOL_RECORD_DIR"
 ENV_OPTIONS = "TRACETOOL_RECORD_OPTIONS"
@@ -112,7 +113,7 @@ def start_samplers(rec: Any, samplers: Mapping[str, float], pid: int) -> list[Ca
             stops.append(handle.stop if hasattr(handle, "stop") else handle)
         except Exception as e:
             rec.note(f"{name}: sampler did not start ({type(e).__name__}: {e})")
-            print(f"tracetool: {name}: sampler did not start ({e})", file=sys.stderr)
+            echo(f"tracetool: {name}: sampler did not start ({e})", err=True)
     return stops
 
 
@@ -258,7 +259,7 @@ def run_recording(command: Sequence[str], out: str | os.PathLike[str], *, force:
         try:
             stop()
         except Exception as e:
-            print(f"tracetool: sampler did not stop cleanly ({e})", file=sys.stderr)
+            echo(f"tracetool: sampler did not stop cleanly ({e})", err=True)
     if side_rec is not None:
         side_rec.close()
     if not (out / META_FILE).is_file():
@@ -267,7 +268,7 @@ def run_recording(command: Sequence[str], out: str | os.PathLike[str], *, force:
         try:
             merge_side_trace(side, out)
         except Exception as e:
-            print(f"tracetool: sampler data not merged ({e}); it stays in {side}", file=sys.stderr)
+            echo(f"tracetool: sampler data not merged ({e}); it stays in {side}", err=True)
     print(f"tracetool: {_summary(out)}", file=sys.stderr)
     return 128 - rc if rc < 0 else rc
 
@@ -320,7 +321,7 @@ def _child_recorder(recorder: Any, out: str, meta: dict[str, Any], live: Any) ->
         try:
             return rec.start()
         except Exception as e:
-            print(f"tracetool: live endpoint not started ({e}); recording without it", file=sys.stderr)
+            echo(f"tracetool: live endpoint not started ({e}); recording without it", err=True)
             rec = recorder(out, meta=meta)
             rec.note(f"live endpoint not started: {e}")
             return rec.start()

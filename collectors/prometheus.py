@@ -25,12 +25,13 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from tracetool.untrusted import echo
 
 #: Largest /metrics body read (vLLM's is ~100 kB; a bigger one is not an engine's metrics page).
 MAX_METRICS_BYTES = 16 << 20
@@ -173,7 +174,7 @@ class ScrapeStats:
 
 def _stderr(message: str) -> None:
     try:
-        print(f"tracetool: {message}", file=sys.stderr, flush=True)
+        echo(f"tracetool: {message}", err=True)  # the message quotes the server
     except (OSError, ValueError):
         pass
 

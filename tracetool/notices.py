@@ -8,8 +8,9 @@ stderr or raising. Every notice also goes to the ``tracetool`` logger.
 from __future__ import annotations
 
 import logging
-import sys
 import threading
+
+from tracetool.untrusted import echo
 
 log = logging.getLogger("tracetool")
 _said: set[str] = set()
@@ -27,7 +28,7 @@ def say_once(key: str, message: str) -> bool:
         _said.add(key)
     try:
         log.info(message)
-        print(f"tracetool: {message}", file=sys.stderr, flush=True)
+        echo(f"tracetool: {message}", err=True)  # messages quote servers, devices, files
     except Exception:  # a closed stderr must not break the host
         pass
     return True

@@ -99,6 +99,7 @@ class Running:
     receiver: Receiver
     err: io.StringIO
     out: Path
+    thread: threading.Thread
 
     @property
     def http_url(self) -> str:
@@ -144,7 +145,7 @@ def running_receiver(out: Path, **cfg: Any) -> Iterator[Running]:
     if failure:
         raise failure[0]
     try:
-        yield Running(receiver, err, out)
+        yield Running(receiver, err, out, t)
     finally:
         receiver.stop()
         t.join(30)

@@ -180,7 +180,7 @@ async def test_sql_console_runs_reads_and_refuses_writes(chat: Path, make_app: A
         box.value = "SELECT key, verdict FROM claims ORDER BY ordinal"
         await pilot.press("enter")
         await settle(pilot)
-        assert result.row_count == 12 and list(result.get_row_at(0)) == ["network", "misdiagnosis"]
+        assert result.row_count == 12 and [str(c) for c in result.get_row_at(0)] == ["network", "misdiagnosis"]
         assert text_of(message).startswith("12 rows")
         generation = app.snapshot.generation
         app.request_analysis(reload=True)  # a new snapshot (a live tick, r) keeps the result's line

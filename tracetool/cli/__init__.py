@@ -12,6 +12,7 @@ stderr; stdout carries only data.
 from __future__ import annotations
 
 import importlib
+import io
 import os
 import sys
 from collections.abc import Sequence
@@ -21,6 +22,7 @@ import click
 
 from tracetool import __version__
 from tracetool.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_USAGE, TracetoolError
+from tracetool.untrusted import echo
 
 #: name -> ("module:function", one-line help). Adding a command is one line here.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -92,26 +94,28 @@ def run(argv: Sequence[str] | None = None) -> int:
     try:
         rv: Any = cli.main(args=args, prog_name="tracetool", standalone_mode=False)
     except click.exceptions.UsageError as e:
-        e.show()
+        shown_usage = io.StringIO()  # the usage text quotes the arguments: escaped as the rest
+        e.show(file=shown_usage)
+        echo(shown_usage.getvalue().rstrip("\n"), err=True, limit=None, newlines=True)
         return EXIT_USAGE
     except click.exceptions.Exit as e:
         return int(e.exit_code or 0)
     except (click.exceptions.Abort, KeyboardInterrupt):
-        print("tracetool: interrupted", file=sys.stderr)
+        echo("tracetool: interrupted", err=True)
         return EXIT_INTERRUPTED
     except TracetoolError as e:
-        print(f"tracetool: error: {e}", file=sys.stderr)
+        echo(f"tracetool: error: {e}", err=True)  # errors quote paths and values from the input
         return e.exit_code
     except click.ClickException as e:
-        print(f"tracetool: error: {e.format_message()}", file=sys.stderr)
+        echo(f"tracetool: error: {e.format_message()}", err=True)
         return EXIT_USAGE if e.exit_code == 2 else EXIT_BAD_INPUT
     except BrokenPipeError:
         _silence_stdout()
         return 0
     except MemoryError as e:  # pyarrow's ArrowMemoryError too: a corrupt length or a decompression bomb
         detail = " ".join(str(e).split())[:200]
-        print(f"tracetool: error: out of memory reading the input{f' ({detail})' if detail else ''}: "
-              "a corrupt length or a table far larger than this machine can hold", file=sys.stderr)
+        echo(f"tracetool: error: out of memory reading the input{f' ({detail})' if detail else ''}: "
+             "a corrupt length or a table far larger than this machine can hold", err=True)
         return EXIT_BAD_INPUT
     return int(rv or 0) if isinstance(rv, int) else 0
 

@@ -26,6 +26,7 @@ from tracetool.cli.common import (
 )
 from tracetool.errors import EXIT_THRESHOLD
 from tracetool.glyphs import NOT_MEASURED
+from tracetool.untrusted import echo, shown
 
 _SEVERITY_MARK = {"warning": "!", "info": "·"}
 _VERDICT_MARK = {"supported": "✓", "contributing": "~", "misdiagnosis": "✗", "unmeasured": "?"}
@@ -118,9 +119,8 @@ def print_analysis(doc: dict[str, Any]) -> None:
     """The readable form of an ``analyze --json`` document (``analyze``, ``demo``)."""
     from analyzers.engine import BASIS as ENGINE_BASIS
 
-    echo = click.echo
     traces = doc["traces"]
-    where = traces[0]["path"] if len(traces) == 1 else f"{len(traces)} traces"
+    where = shown(traces[0]["path"]) if len(traces) == 1 else f"{len(traces)} traces"
     failed = f", {doc['failed_requests']:,} failed" if doc["failed_requests"] else ""
     echo(f"{where}: {doc['requests']:,} requests{failed}, {doc['decode']['output_tokens'] or 0:,} tokens")
     roof = doc["decode"]["roofline"]
@@ -196,7 +196,7 @@ def print_analysis(doc: dict[str, Any]) -> None:
         echo("")
         echo(f"  {'trace':<24} {'requests':>9} {'e2e p50':>10} {'ttft p50':>10} {'itl p50':>10}  bottleneck")
         for t in traces:
-            echo(f"  {t['trace'][:24]:<24} {t['requests']:>9,} {fmt_ms(t['e2e_ms']['p50']):>10} "
+            echo(f"  {shown(t['trace'], 24):<24} {t['requests']:>9,} {fmt_ms(t['e2e_ms']['p50']):>10} "
                  f"{fmt_ms(t['ttft_ms']['p50']):>10} {fmt_ms(t['itl_ms']['p50']):>10}  {t['bottleneck'] or NOT_MEASURED}")
     groups = doc.get("groups") or []
     if groups:
@@ -205,8 +205,8 @@ def print_analysis(doc: dict[str, Any]) -> None:
         echo(f"  {'group (' + by + ')':<24} {'traces':>6} {'requests':>9} {'e2e p50':>10} {'ttft p50':>10} "
              f"{'itl p50':>10}  bottleneck")
         for g in groups:
-            name = ",".join("-" if v is None else str(v) for v in g["group"].values())
-            echo(f"  {name[:24]:<24} {len(g['traces']):>6} {g['requests']:>9,} {fmt_ms(g['e2e_ms']['p50']):>10} "
+            name = shown(",".join("-" if v is None else str(v) for v in g["group"].values()), 24)
+            echo(f"  {name:<24} {len(g['traces']):>6} {g['requests']:>9,} {fmt_ms(g['e2e_ms']['p50']):>10} "
                  f"{fmt_ms(g['ttft_ms']['p50']):>10} {fmt_ms(g['itl_ms']['p50']):>10}  {g['bottleneck'] or NOT_MEASURED}")
 
 
@@ -244,7 +244,6 @@ def estimate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, ba
     if as_json:
         emit_json(e.to_json())
         return 0
-    echo = click.echo
     echo(f"{e.model} on {e.tp}x {e.gpu}, weights {e.weight_dtype}, KV {e.kv_dtype}, batch {e.batch}, "
          f"prompt {e.prompt:,}, output {e.output:,}")
     echo(f"  weights read per step   {e.weight_bytes / 1e9:,.2f} GB ({e.weight_bytes_per_gpu / 1e9:,.2f} GB per GPU)")
@@ -273,10 +272,10 @@ def _print_engine(e: dict[str, Any]) -> None:
         return NOT_MEASURED if x is None else f"{x:,.{digits}f}"
 
     w, r, kv = e.get("requests_waiting") or {}, e.get("requests_running") or {}, e.get("kv_cache_usage") or {}
-    click.echo("")
-    click.echo(f"engine   {e.get('source') or 'unknown engine'} metrics over {num(e.get('window_s'))} s "
+    echo("")
+    echo(f"engine   {e.get('source') or 'unknown engine'} metrics over {num(e.get('window_s'))} s "
                f"({e.get('scrapes')} scrapes, {e.get('clock')} clock)")
-    click.echo(f"  waiting mean {num(w.get('mean'))} max {num(w.get('max'), 0)} · running mean "
+    echo(f"  waiting mean {num(w.get('mean'))} max {num(w.get('max'), 0)} · running mean "
                f"{num(r.get('mean'))} max {num(r.get('max'), 0)} · KV cache mean {fmt_pct(kv.get('mean'))} "
                f"max {fmt_pct(kv.get('max'))} · preemptions {num(e.get('preemptions'), 0)}")
     for concept in ("queue", "tokenize", "prefill", "decode"):
@@ -284,4 +283,4 @@ def _print_engine(e: dict[str, Any]) -> None:
         if not t:
             continue
         pct = f", {bucketed_percentiles(t, fmt_ms)}" if t.get("bucketed") else ""
-        click.echo(f"  {concept + ' time':<14} mean {fmt_ms(t.get('mean'))} over {t.get('n')} requests{pct}")
+        echo(f"  {concept + ' time':<14} mean {fmt_ms(t.get('mean'))} over {t.get('n')} requests{pct}")

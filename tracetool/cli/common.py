@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from tracetool.glyphs import NOT_MEASURED
+from tracetool.untrusted import echo
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -145,8 +146,8 @@ def _default(o: Any) -> Any:
 
 
 def warn(message: str) -> None:
-    """A diagnostic line on stderr (stdout is data)."""
-    print(f"tracetool: {message}", file=sys.stderr)
+    """A diagnostic line on stderr (stdout is data), outside text in it escaped."""
+    echo(f"tracetool: {message}", err=True)
 
 
 @contextmanager

@@ -10,6 +10,7 @@ import click
 
 from tracetool.cli.common import emit_json, fmt_int, json_option, warn
 from tracetool.errors import BadInput
+from tracetool.untrusted import echo
 
 
 @click.command()
@@ -53,7 +54,7 @@ def export(trace: Path, out: Path, as_json: bool) -> int:
     if as_json:
         emit_json({"schema": "tracetool.export/1", "path": str(out), **stats.as_dict()})
     elif not to_stdout:
-        click.echo(f"wrote {out}: {fmt_int(stats.events)} events ({fmt_int(stats.requests)} requests, "
-                   f"{fmt_int(stats.spans)} spans, {fmt_int(stats.tokens)} tokens, "
-                   f"{fmt_int(stats.counter_samples)} GPU samples); open it in https://ui.perfetto.dev")
+        echo(f"wrote {out}: {fmt_int(stats.events)} events ({fmt_int(stats.requests)} requests, "
+             f"{fmt_int(stats.spans)} spans, {fmt_int(stats.tokens)} tokens, "
+             f"{fmt_int(stats.counter_samples)} GPU samples); open it in https://ui.perfetto.dev")
     return 0

@@ -8,6 +8,7 @@ import click
 
 from tracetool.cli.common import emit_json, fmt_int, json_option, warn
 from tracetool.importers import SOURCES, import_file
+from tracetool.untrusted import echo
 
 
 @click.command(name="import")
@@ -41,9 +42,9 @@ def import_(source: str, file: Path, output: Path, force: bool, as_json: bool) -
     if as_json:
         emit_json({"schema": "tracetool.import/1", **summary})
     else:
-        click.echo(f"imported {fmt_int(summary['requests'])} requests "
-                   f"({fmt_int(summary['requests_error'])} failed), {fmt_int(summary['tokens'])} tokens "
-                   f"from {file} -> {output}")
+        echo(f"imported {fmt_int(summary['requests'])} requests "
+             f"({fmt_int(summary['requests_error'])} failed), {fmt_int(summary['tokens'])} tokens "
+             f"from {file} -> {output}")
     if summary["skipped"]:
         warn(f"{summary['skipped']} request(s) skipped; `tracetool info {output}` lists why")
     return 0

@@ -22,8 +22,13 @@ import click
               help="Largest payload accepted (HTTP 413 / gRPC RESOURCE_EXHAUSTED beyond).")
 @click.option("--idle", "idle_s", type=click.FloatRange(0.1), default=10.0, show_default=True, metavar="S",
               help="Seconds a trace stays open for late spans before its stray spans are settled.")
+@click.option("--read-timeout", "read_timeout_s", type=click.FloatRange(0.1), default=10.0, show_default=True,
+              metavar="S", help="Seconds an OTLP/HTTP request's headers and body may take to arrive (HTTP 408 "
+                                "beyond; the OTLP exporters' own timeout is 10 s).")
+@click.option("--max-connections", type=click.IntRange(1), default=128, show_default=True,
+              help="OTLP/HTTP connections open at once (HTTP 503 beyond), and gRPC calls at once.")
 def receive(output: Path | None, force: bool, grpc_addr: str, http_addr: str, duration: float | None,
-            max_body_bytes: int, idle_s: float) -> int:
+            max_body_bytes: int, idle_s: float, read_timeout_s: float, max_connections: int) -> int:
     """Receive OpenTelemetry spans over OTLP and write them as a trace.
 
     \b
@@ -44,7 +49,10 @@ def receive(output: Path | None, force: bool, grpc_addr: str, http_addr: str, du
     `tracetool merge` joins on when the server kept its own request ids.
     Malformed payloads, wrong content types, oversized bodies and unknown
     attribute types get a 4xx and one line on stderr; the receiver goes on.
-    Ctrl-C, SIGTERM or --duration stop it and close the trace (exit 0).
+    A request that does not arrive within --read-timeout gets 408, idle
+    connections close, and beyond --max-connections a client gets 503.
+    Ctrl-C, SIGTERM or --duration stop it and close the trace (exit 0)
+    within about a second, whatever the clients are doing.
     See docs/otlp.md.
     """
     from tracetool.otlp.receiver import ReceiveConfig, run_receiver
@@ -53,5 +61,6 @@ def receive(output: Path | None, force: bool, grpc_addr: str, http_addr: str, du
     grpc = None if grpc_addr.strip().lower() in ("off", "none", "") else grpc_addr
     http = None if http_addr.strip().lower() in ("off", "none", "") else http_addr
     cfg = ReceiveConfig(out=out, grpc=grpc, http=http, duration_s=duration, max_body_bytes=max_body_bytes,
-                        idle_s=idle_s, force=force or output is None)
+                        idle_s=idle_s, force=force or output is None, read_timeout_s=read_timeout_s,
+                        max_connections=max_connections)
     return run_receiver(cfg)

@@ -7,7 +7,6 @@ and print the failing lines on stderr (exit 1 when a check failed).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import click
 
 from tracetool.cli.common import Roofline, html_option, need_html, roofline_options, said_page, warn
 from tracetool.errors import EXIT_OK, EXIT_THRESHOLD, BadInput
+from tracetool.untrusted import echo
 
 
 @click.command()
@@ -96,7 +96,7 @@ def report(trace: Path, baseline: Path | None, budget_file: Path | None, fmt: st
         doc["html"] = _write_page(trace, run, doc, html_file, html_url, output)
     text = render(doc, fmt)
     if output is None:
-        sys.stdout.write(text)
+        echo(text.removesuffix("\n"), limit=None, newlines=True)  # the renderers escaped; this is the net
     else:
         try:
             output.write_text(text, encoding="utf-8")

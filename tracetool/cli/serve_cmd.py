@@ -13,6 +13,7 @@ from tracetool.cli.metrics_options import metrics_options
 from tracetool.cli.samplers import chosen_samplers, sampler_options
 from tracetool.errors import UsageError
 from tracetool.glyphs import NOT_MEASURED
+from tracetool.untrusted import echo
 
 
 # -- serve ------------------------------------------------------------------------------------------
@@ -290,8 +291,8 @@ def merge(client_trace: Path, server_trace: Path, output: Path, force: bool, as_
         return 0
     pct = 100.0 * rep.joined / rep.client_requests if rep.client_requests else 0.0
     off = NOT_MEASURED if rep.offset_ns_median is None else f"{rep.offset_ns_median / 1e6:.3f} ms"
-    print(f"joined {rep.joined}/{rep.client_requests} client requests ({pct:.0f} %) with the server trace; "
-          f"{rep.server_only} server-only, {rep.client_only} client-only; "
-          f"{rep.tokens_with_recv:,} tokens with client receipt times; median clock offset {off}")
+    echo(f"joined {rep.joined}/{rep.client_requests} client requests ({pct:.0f} %) with the server trace; "
+         f"{rep.server_only} server-only, {rep.client_only} client-only; "
+         f"{rep.tokens_with_recv:,} tokens with client receipt times; median clock offset {off}")
     warn(f"merged trace written to {output}")
     return 0

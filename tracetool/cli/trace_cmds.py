@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 import click
@@ -15,6 +16,10 @@ from tracetool.meta import write_meta
 from tracetool.reader import open_trace
 from tracetool.schema import TABLES
 from tracetool.summary import summarize
+from tracetool.untrusted import NAME_LIMIT, echo, shown
+
+#: Names listed on one line of ``info`` (span names, tables) before the rest are only counted.
+LISTED = 40
 
 
 @click.command()
@@ -44,7 +49,7 @@ def validate(trace: Path, as_json: bool) -> int:
                 parts.append("index >= 0")
             extra = [c for c in table.schema.names if spec.column(c) is None]
             if extra:
-                parts.append(f"extra columns kept: {', '.join(extra)}")
+                parts.append(f"extra columns kept: {_listed(shown(c, NAME_LIMIT) for c in extra)}")
             what = ", ".join(parts)
         checks.append({"table": name, "files": [p.name for p in t.files[name]], "rows": table.num_rows,
                        "checked": what})
@@ -54,16 +59,16 @@ def validate(trace: Path, as_json: bool) -> int:
                    "closed": t.meta.get("closed"), "tables": checks, "not_recorded": missing,
                    "warnings": t.warnings})
     else:
-        click.echo(f"ok  meta.json   format tracetool, version {t.meta['version']}"
+        echo(f"ok  meta.json   format tracetool, version {t.meta['version']}"
                    f"{'' if t.meta.get('closed', True) else ', recording not closed'}")
         for c in checks:
             nfiles = len(c["files"])
-            click.echo(f"ok  {c['table']:<13} {nfiles} file{'s' if nfiles != 1 else ''}, "
+            echo(f"ok  {shown(c['table'], NAME_LIMIT):<13} {nfiles} file{'s' if nfiles != 1 else ''}, "
                        f"{fmt_int(c['rows'])} rows: {c['checked']}")
         for name in missing:
-            click.echo(f"--  {name:<13} not recorded")
+            echo(f"--  {name:<13} not recorded")
         total = sum(c["rows"] for c in checks)
-        click.echo(f"valid: {t.path} ({len(checks)} tables, {fmt_int(total)} rows)")
+        echo(f"valid: {t.path} ({len(checks)} tables, {fmt_int(total)} rows)")
     for w in t.warnings:
         warn(w)
     return 0
@@ -81,21 +86,21 @@ def info(trace: Path, as_json: bool) -> int:
     else:
         span = s["server_time_span_s"]
         rows = [
-            ("trace", s["path"] + ("" if s["closed"] is not False else "  (recording not closed)")),
+            ("trace", shown(s["path"]) + ("" if s["closed"] is not False else "  (recording not closed)")),
             ("requests", f"{fmt_int(s['requests'])} ({fmt_int(s['requests_with_tokens'])} with tokens)"),
             ("tokens", fmt_int(s["tokens"])),
             ("time span", NOT_MEASURED if span is None else f"{span:.3f} s ({s['time_span_clock']} clock)"),
             ("clocks", ", ".join(s["clocks"]) or NOT_MEASURED),
-            ("spans", ", ".join(f"{k} {v:,}" for k, v in sorted(s["span_names"].items())) or NOT_MEASURED),
-            ("tables", ", ".join(f"{k} ({v['rows']:,})" for k, v in s["tables"].items()) or NOT_MEASURED),
+            ("spans", _listed(f"{shown(k, NAME_LIMIT)} {v:,}" for k, v in sorted(s["span_names"].items()))),
+            ("tables", _listed(f"{shown(k, NAME_LIMIT)} ({v['rows']:,})" for k, v in s["tables"].items())),
             ("model", _kv(s["model"])),
             ("hardware", _kv(s["hardware"])),
         ]
         if s["dropped_rows"]:
-            rows.append(("dropped", ", ".join(f"{k} {v:,}" for k, v in s["dropped_rows"].items())))
-        rows += [("note", n) for n in s["notes"]]
+            rows.append(("dropped", _listed(f"{shown(k, NAME_LIMIT)} {v:,}" for k, v in s["dropped_rows"].items())))
+        rows += [("note", shown(n)) for n in s["notes"]]
         for k, v in rows:
-            click.echo(f"{k:<10} {v}")
+            echo(f"{k:<10} {v}")
     for w in t.warnings:
         warn(w)
     return 0
@@ -104,7 +109,16 @@ def info(trace: Path, as_json: bool) -> int:
 def _kv(d: dict | None) -> str:
     if not d:
         return NOT_MEASURED
-    return ", ".join(f"{k}={v}" for k, v in d.items())
+    return _listed(f"{shown(k, NAME_LIMIT)}={shown(v, NAME_LIMIT)}" for k, v in d.items())
+
+
+def _listed(items: Iterable[str]) -> str:
+    """Items joined on one line, the first :data:`LISTED` of them, then how many more."""
+    items = list(items)
+    if not items:
+        return NOT_MEASURED
+    more = len(items) - LISTED
+    return ", ".join(items[:LISTED]) + (f", … and {more:,} more" if more > 0 else "")
 
 
 @click.command()
@@ -150,7 +164,7 @@ def convert(trace: Path, fmt: str, output: Path, force: bool, as_dataset: bool) 
         raise BadInput(f"{output}: cannot write ({e.strerror or e})") from e
     for w in t.warnings:
         warn(w)
-    click.echo(f"wrote {output} ({len(t.tables)} tables, {fmt})")
+    echo(f"wrote {output} ({len(t.tables)} tables, {fmt})")
     return 0
 
 
@@ -162,7 +176,7 @@ def _convert_dataset(trace: Path, fmt: str, output: Path, force: bool) -> int:
     done = write_dataset([trace], output, force=force)
     for m, why in done.bad:
         warn(f"{m.path}: not converted: {why}")
-    click.echo(f"wrote {output} ({len(done.written)} traces, {fmt_int(done.rows)} rows, parquet zstd)")
+    echo(f"wrote {output} ({len(done.written)} traces, {fmt_int(done.rows)} rows, parquet zstd)")
     return EXIT_BAD_INPUT if done.bad else 0
 
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import hmac
 import json
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -60,6 +59,7 @@ from tracetool.live.protocol import (
     read_ticket,
 )
 from tracetool.schema import TABLES
+from tracetool.untrusted import echo
 
 
 @dataclass(eq=False)
@@ -222,8 +222,7 @@ class LiveEndpoint:
                 self._said_refusal[host] = now
         if not quiet:
             try:
-                print(f"tracetool: live: refused a viewer from {peer}: {reason} ({count} refused so far)",
-                      file=sys.stderr, flush=True)
+                echo(f"tracetool: live: refused a viewer from {peer}: {reason} ({count} refused so far)", err=True)
             except Exception:
                 pass
 

@@ -1,10 +1,15 @@
 """``tracetool receive``: an OTLP trace receiver (gRPC and HTTP) that writes a v1 trace.
 
 Both listeners run on one asyncio loop: OTLP/gRPC (``grpc.aio``, the
-``TraceService/Export`` method) and OTLP/HTTP (uvicorn with a bare ASGI app:
+``TraceService/Export`` method) and OTLP/HTTP (:mod:`tracetool.otlp.http_server`:
 ``POST /v1/traces``, ``application/x-protobuf`` or ``application/json``,
 optionally gzip). Each accepted payload goes to the
 :class:`~tracetool.otlp.sink.OtlpSink` whole.
+
+The senders are servers tracetool does not control: over HTTP a request's headers and body
+must arrive within ``read_timeout_s`` (408 otherwise), idle connections close, at most
+``max_connections`` are open (503 beyond), and a body over the limit gets a 413 the client can
+read; gRPC takes at most ``max_connections`` calls at once.
 
 Bad input never stops the receiver and never touches what was received
 before it: a malformed payload, an unknown attribute type, a wrong content
@@ -13,9 +18,10 @@ type or encoding, or a body over ``max_body_bytes`` gets a 4xx (HTTP 400,
 gRPC itself refuses messages over twice the limit before tracetool sees them
 (RESOURCE_EXHAUSTED, no line): the margin lets tracetool say why for the rest.
 
-SIGINT (Ctrl-C), SIGTERM or ``duration_s`` stop it: the listeners close,
-spans still waiting for their request are placed, the trace is closed
-(``"closed": true``) and the exit code is 0 — stopping is how a receiver ends.
+SIGINT (Ctrl-C), SIGTERM or ``duration_s`` stop it: the listeners close (idle connections at
+once, requests in flight after ``shutdown_grace_s``, whatever the clients do), spans still
+waiting for their request are placed, the trace is closed (``"closed": true``) and the exit code
+is 0 — stopping is how a receiver ends.
 """
 
 from __future__ import annotations
@@ -25,18 +31,19 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sys
 import time
 import zlib
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tracetool.errors import UsageError
 from tracetool.otlp.decode import BadPayload, OtelSpan, decode_json, decode_protobuf
+from tracetool.otlp.http_server import HttpLimits, HttpServer, HttpStats, Request, Response
 from tracetool.otlp.sink import OtlpSink
+from tracetool.untrusted import LINE_LIMIT, echo, shown
 
 #: The OTLP/HTTP path of traces (OTLP specification).
 TRACES_PATH = "/v1/traces"
@@ -56,6 +63,21 @@ class ReceiveConfig:
     max_body_bytes: int = 16 << 20
     idle_s: float = 10.0
     force: bool = False
+    #: A request's headers and body arrive within this of its first byte (HTTP 408 otherwise).
+    read_timeout_s: float = 10.0
+    #: HTTP connections open at once (503 beyond), and gRPC calls at once.
+    max_connections: int = 128
+    #: A kept-alive HTTP connection with no request closes after this.
+    keep_alive_s: float = 60.0
+    #: On stop, how long requests in flight may take to finish.
+    shutdown_grace_s: float = 1.0
+    #: After a 413, body bytes read and discarded before closing (None: 4 x max_body_bytes).
+    drain_bytes: int | None = None
+
+    def http_limits(self) -> HttpLimits:
+        return HttpLimits(max_body_bytes=self.max_body_bytes, read_timeout_s=self.read_timeout_s,
+                          keep_alive_s=self.keep_alive_s, max_connections=self.max_connections,
+                          shutdown_grace_s=self.shutdown_grace_s, drain_bytes=self.drain_bytes)
 
 
 def parse_hostport(value: str, flag: str) -> tuple[str, int]:
@@ -84,6 +106,7 @@ class Receiver:
         self.http_address: str | None = None
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._http: HttpServer | None = None
 
     # -- intake, shared by both transports ----------------------------------------------------------
     def _take(self, spans: list[OtelSpan]) -> None:
@@ -98,80 +121,65 @@ class Receiver:
 
     def _say(self, line: str) -> None:
         try:
-            print(f"tracetool: receive: {line}", file=self.err, flush=True)
+            print(shown(f"tracetool: receive: {line}", LINE_LIMIT), file=self.err, flush=True)
         except (OSError, ValueError):
             pass
 
-    # -- HTTP ------------------------------------------------------------------------------------------
-    async def http_app(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
-        """OTLP/HTTP as a bare ASGI app."""
-        if scope["type"] != "http":
-            return
-        client = scope.get("client")
-        peer = _show(*client[:2]) if client else ""
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
-        ctype = headers.get("content-type", "").split(";")[0].strip().lower()
-        as_json = ctype == "application/json"
-
-        async def answer(status: int, body: bytes, reason: str | None = None) -> None:
-            if reason is not None:
-                self._refuse(peer, reason, f"HTTP {status}")
-                body = (json.dumps({"code": 3, "message": reason}) if as_json else reason).encode()
-            kind = b"application/json" if as_json else (b"application/x-protobuf" if reason is None
-                                                         else b"text/plain; charset=utf-8")
-            await send({"type": "http.response.start", "status": status,
-                        "headers": [(b"content-type", kind), (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
-
-        if scope.get("path") != TRACES_PATH:
-            await answer(404, b"", f"no such path {scope.get('path')!r:.80} (OTLP traces go to {TRACES_PATH})")
-            return
-        if scope.get("method") != "POST":
-            await answer(405, b"", f"method {scope.get('method')} (OTLP wants POST)")
-            return
+    # -- HTTP (the handler of tracetool.otlp.http_server) -----------------------------------------------
+    def head(self, request: Request) -> Response | None:
+        """Refuse on the head alone: path, method, content type, encoding."""
+        path, method = request.path, request.method
+        if path != TRACES_PATH:
+            return self.refused(request, request.peer, 404,
+                                f"no such path {path!r:.80} (OTLP traces go to {TRACES_PATH})")
+        if method != "POST":
+            return self.refused(request, request.peer, 405, f"method {method!r:.20} (OTLP wants POST)")
+        ctype = _content_type(request)
         if ctype not in ("application/json", "application/x-protobuf"):
-            await answer(415, b"", f"content type {ctype or 'missing'!r:.80}: OTLP/HTTP sends "
-                                   "application/x-protobuf or application/json")
-            return
-        encoding = headers.get("content-encoding", "identity").strip().lower()
+            return self.refused(request, request.peer, 415, f"content type {ctype or 'missing'!r:.80}: OTLP/HTTP "
+                                "sends application/x-protobuf or application/json")
+        encoding = request.headers.get("content-encoding", "identity").strip().lower()
         if encoding not in ("", "identity", "gzip"):
-            await answer(415, b"", f"content encoding {encoding!r:.40}: gzip or none")
-            return
-        limit = self.cfg.max_body_bytes
-        declared = headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
-            await answer(413, b"", f"body of {int(declared):,} bytes over the limit of {limit:,}")
-            return
-        body = bytearray()
-        while True:
-            msg = await receive()
-            if msg["type"] == "http.disconnect":
-                return
-            body += msg.get("body", b"")
-            if len(body) > limit:
-                await answer(413, b"", f"body over the limit of {limit:,} bytes")
-                return
-            if not msg.get("more_body"):
-                break
-        data = bytes(body)
-        if encoding == "gzip":
+            return self.refused(request, request.peer, 415, f"content encoding {encoding!r:.40}: gzip or none")
+        return None
+
+    def body(self, request: Request, body: bytes) -> Response:
+        """Decode a whole payload and take it, or refuse it."""
+        as_json = _content_type(request) == "application/json"
+        data = body
+        if request.headers.get("content-encoding", "").strip().lower() == "gzip":
             try:
-                data = _gunzip(data, limit)
+                data = _gunzip(data, self.cfg.max_body_bytes)
             except BadPayload as e:
-                status = 413 if "over the limit" in str(e) else 400
-                await answer(status, b"", str(e))
-                return
+                return self.refused(request, request.peer, 413 if "over the limit" in str(e) else 400, str(e))
         try:
             spans = decode_json(data) if as_json else decode_protobuf(data)
         except BadPayload as e:
-            await answer(400, b"", str(e))
-            return
+            return self.refused(request, request.peer, 400, str(e))
         try:
             self._take(spans)
         except Exception as e:  # a bug of ours: the sender learns, the receiver goes on
-            await answer(500, b"", f"internal error ({type(e).__name__}: {e})")
-            return
-        await answer(200, b"{}" if as_json else b"")
+            return self.refused(request, request.peer, 500, f"internal error ({type(e).__name__}: {e})")
+        if as_json:
+            return Response(200, b"{}", "application/json")
+        return Response(200, b"", "application/x-protobuf")
+
+    def refused(self, request: Request | None, peer: str, status: int, reason: str) -> Response:
+        """Count and say a refusal; the answer in the request's own encoding (OTLP's Status in JSON)."""
+        self._refuse(peer, reason, f"HTTP {status}")
+        if request is not None and _content_type(request) == "application/json":
+            return Response(status, json.dumps({"code": 3, "message": reason}).encode(), "application/json")
+        return Response(status, reason.encode("utf-8", "replace"))
+
+    @property
+    def http_stats(self) -> HttpStats | None:
+        """What the OTLP/HTTP listener holds now (None before it starts)."""
+        return None if self._http is None else self._http.stats
+
+    def wait_http(self, predicate: Callable[[HttpStats], bool], timeout_s: float) -> None:
+        """Block (from another thread) until ``predicate(http_stats)`` holds; TimeoutError after ``timeout_s``."""
+        assert self._loop is not None and self._http is not None
+        asyncio.run_coroutine_threadsafe(self._http.wait_for(predicate), self._loop).result(timeout_s)
 
     # -- gRPC ------------------------------------------------------------------------------------------
     def _grpc_handler(self) -> Any:
@@ -210,7 +218,8 @@ class Receiver:
         assert self.cfg.grpc is not None
         host, port = parse_hostport(self.cfg.grpc, "--otlp-grpc")
         cap = 2 * self.cfg.max_body_bytes
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", cap),
+        server = grpc.aio.server(maximum_concurrent_rpcs=self.cfg.max_connections,
+                                 options=[("grpc.max_receive_message_length", cap),
                                           ("grpc.max_send_message_length", 1 << 20),
                                           ("grpc.so_reuseport", 0)])
         server.add_generic_rpc_handlers((self._grpc_handler(),))
@@ -231,18 +240,11 @@ class Receiver:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         grpc_server = None
-        http_server = http_task = None
         try:
             if self.cfg.grpc:
                 grpc_server = await self._start_grpc()
             if self.cfg.http:
-                http_server, sock = self._uvicorn()
-                http_task = asyncio.ensure_future(http_server.serve(sockets=[sock]))
-                while not http_server.started and not http_task.done():
-                    await asyncio.sleep(0.01)
-                if http_task.done():
-                    http_task.result()
-                    raise UsageError(f"OTLP/HTTP did not start on {self.cfg.http}")
+                await self._start_http()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                     self._loop.add_signal_handler(sig, self._stop.set)
@@ -260,22 +262,21 @@ class Receiver:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                     self._loop.remove_signal_handler(sig)
-            if http_server is not None and http_task is not None:
-                http_server.should_exit = True
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(http_task, 10)
+            # both listeners at once: stopping takes the grace period, whatever the clients do
+            closing = []
+            if self._http is not None:
+                closing.append(self._http.close())
             if grpc_server is not None:
-                with contextlib.suppress(Exception):
-                    await grpc_server.stop(grace=2)
+                closing.append(grpc_server.stop(grace=self.cfg.shutdown_grace_s))
+            await asyncio.gather(*closing, return_exceptions=True)
 
     def stop(self) -> None:
         """Ask :meth:`serve` to return (from any thread)."""
         if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
+            with contextlib.suppress(RuntimeError):  # its loop has ended: stopped already
+                self._loop.call_soon_threadsafe(self._stop.set)
 
-    def _uvicorn(self) -> tuple[Any, socket.socket]:
-        import uvicorn
-
+    async def _start_http(self) -> None:
         from tracetool.serving.runner import bind
 
         assert self.cfg.http is not None
@@ -286,18 +287,12 @@ class Receiver:
             raise UsageError(f"cannot listen on {_show(host, port)} for OTLP/HTTP; pick another --otlp-http "
                              "(port 0 picks a free one)") from None
         self.http_address = _show(*sock.getsockname()[:2])
+        self._http = HttpServer(self, self.cfg.http_limits())
+        await self._http.start(sock)
 
-        class Server(uvicorn.Server):
-            """uvicorn without its own signal handling: the receiver's loop handles SIGINT/SIGTERM."""
 
-            @contextlib.contextmanager
-            def capture_signals(self) -> Generator[None, None, None]:
-                yield
-
-        # h11_max_incomplete_event_size bounds the header block; the body limit is ours
-        config = uvicorn.Config(self.http_app, log_level="critical", access_log=False, lifespan="off", interface="asgi3",
-                                timeout_keep_alive=30, server_header=False, date_header=False)
-        return Server(config), sock
+def _content_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
 
 
 def _gunzip(data: bytes, limit: int) -> bytes:
@@ -335,8 +330,8 @@ def run_receiver(cfg: ReceiveConfig, *, on_ready: Callable[[Receiver], None] | N
             where.append(f"grpc {r.grpc_address}")
         if r.http_address:
             where.append(f"http://{r.http_address}{TRACES_PATH}")
-        print(f"tracetool: receiving OTLP traces on {' and '.join(where)} (trace {cfg.out}); "
-              "Ctrl-C stops and closes the trace", file=sys.stderr, flush=True)
+        echo(f"tracetool: receiving OTLP traces on {' and '.join(where)} (trace {cfg.out}); "
+             "Ctrl-C stops and closes the trace", err=True)
         if on_ready is not None:
             on_ready(r)
 
@@ -344,10 +339,14 @@ def run_receiver(cfg: ReceiveConfig, *, on_ready: Callable[[Receiver], None] | N
         asyncio.run(receiver.serve(ready))
     finally:
         sink.close()
+        stats = receiver.http_stats
         writer.update_meta(receive={"grpc": receiver.grpc_address, "http": receiver.http_address,
-                                    "max_body_bytes": cfg.max_body_bytes})
+                                    "max_body_bytes": cfg.max_body_bytes, "read_timeout_s": cfg.read_timeout_s,
+                                    "max_connections": cfg.max_connections,
+                                    "timed_out": stats.timed_out if stats else 0,
+                                    "over_connection_cap": stats.over_cap if stats else 0})
         writer.close()
         s = sink.stats
-        print(f"tracetool: receiver stopped; {s.spans:,} spans, {s.requests:,} requests, "
-              f"{s.refused_payloads:,} payloads refused; trace {cfg.out} closed", file=sys.stderr, flush=True)
+        echo(f"tracetool: receiver stopped; {s.spans:,} spans, {s.requests:,} requests, "
+             f"{s.refused_payloads:,} payloads refused; trace {cfg.out} closed", err=True)
     return 0

@@ -28,18 +28,20 @@ from tracetool.report.build import FORMAT, VERSION, Report, Run, analyse, build_
 from tracetool.report.render_junit import render_junit
 from tracetool.report.render_md import render_markdown
 from tracetool.report.stats import Interval, Sample, bootstrap_relative, mann_whitney_greater
+from tracetool.untrusted import json_escaped
 
 FORMATS = ("md", "json", "junit")
 
 
 def render(doc: dict[str, Any], format: str) -> str:
-    """The report document as ``md``, ``json`` (stable key order, two-space indent) or ``junit``."""
+    """The report document as ``md``, ``json`` (stable key order, two-space indent; characters a
+    terminal would act on as ``\\u`` escapes) or ``junit``."""
     if format == "md":
         return render_markdown(doc)
     if format == "junit":
         return render_junit(doc)
     if format == "json":
-        return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+        return json_escaped(json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False)) + "\n"
     raise ValueError(f"unknown format {format!r}")
 
 

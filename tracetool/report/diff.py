@@ -26,6 +26,7 @@ from tracetool.report.budget import METRICS, Settings
 from tracetool.report.gate import Comparison, Side, compare
 from tracetool.report.stats import resample_counts
 from tracetool.schema import COMPONENTS
+from tracetool.untrusted import echo, shown
 
 FORMAT = "tracetool-diff"
 VERSION = 1
@@ -150,23 +151,23 @@ def _r(x: float | None, d: int) -> float | None:
 
 def print_diff(doc: dict[str, Any]) -> None:
     a, b = doc["a"], doc["b"]
-    print(f"A {a['label']} ({a['requests']} requests) -> B {b['label']} ({b['requests']} requests)")
-    print(doc["headline"])
-    print("")
-    print(f"{'latency':<12}{'A':>11}{'B':>11}{'change':>9}  {'interval':<18}")
+    echo(f"A {shown(a['label'])} ({a['requests']} requests) -> B {shown(b['label'])} ({b['requests']} requests)")
+    echo(doc["headline"])
+    echo("")
+    echo(f"{'latency':<12}{'A':>11}{'B':>11}{'change':>9}  {'interval':<18}")
     for x in doc["latency"]:
         ci = ("-" if x["ci_low_pct"] is None else f"{x['ci_low_pct']:+.1f} .. {x['ci_high_pct']:+.1f} %")
         ch = "-" if x["delta_pct"] is None else f"{x['delta_pct']:+.1f} %"
         name = f"{x['stat']} {fmt.METRIC_NAMES.get(x['metric'], x['metric'])}"
-        print(f"{name:<12}{_ms(x['a_ms']):>11}{_ms(x['b_ms']):>11}{ch:>9}  {ci}{' *' if x['significant'] else ''}")
-    print("")
-    print(f"{'component':<13}{'A ms/req':>10}{'B ms/req':>10}{'change':>11}  {'interval (ms)':<22}{'share A -> B'}")
+        echo(f"{name:<12}{_ms(x['a_ms']):>11}{_ms(x['b_ms']):>11}{ch:>9}  {ci}{' *' if x['significant'] else ''}")
+    echo("")
+    echo(f"{'component':<13}{'A ms/req':>10}{'B ms/req':>10}{'change':>11}  {'interval (ms)':<22}{'share A -> B'}")
     for c in doc["components"]:
         ch = "-" if c["delta_ms"] is None else f"{c['delta_ms']:+.2f}"
         ci = "-" if c["ci_low_ms"] is None else f"{c['ci_low_ms']:+.2f} .. {c['ci_high_ms']:+.2f}"
         sh = f"{_pct(c['a_share'])} -> {_pct(c['b_share'])}"
         mark = " <- top" if c["component"] == doc["top"] else ""
-        print(f"{c['component']:<13}{_ms(c['a_ms']):>10}{_ms(c['b_ms']):>10}{ch:>11}  {ci:<22}{sh}{mark}")
+        echo(f"{c['component']:<13}{_ms(c['a_ms']):>10}{_ms(c['b_ms']):>10}{ch:>11}  {ci:<22}{sh}{mark}")
 
 
 def _ms(x: float | None) -> str:

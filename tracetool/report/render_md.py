@@ -3,14 +3,21 @@
 Rendered from the JSON document (docs/ci-reports.md) alone, so the two never
 disagree. Every table has a header, a delimiter row and the same number of
 cells in each row; pipes in text are escaped. No timestamps, no paths.
+
+Text that comes from the trace or the command line (labels, the headline, findings, claims,
+check messages) is shown as :func:`tracetool.untrusted.shown` makes it, then escaped for
+Markdown (:func:`md_text`, :func:`md_code`): the pages CI renders this on (a job summary, a PR
+comment) must not get a link, an image, raw HTML or an entity from a trace, only its text.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from tracetool.glyphs import NOT_MEASURED
 from tracetool.report import fmt
+from tracetool.untrusted import NAME_LIMIT, TEXT_LIMIT, shown
 
 STATUS_MARK = {"pass": "✅", "warn": "⚠️", "fail": "❌", "skip": "⚪"}
 SEVERITY_MARK = {"warning": "⚠️", "info": "ℹ️"}
@@ -21,21 +28,22 @@ def render_markdown(doc: dict[str, Any]) -> str:
     """The whole report as Markdown text (ends with a newline)."""
     out: list[str] = []
     t, b = doc["trace"], doc["baseline"]
-    title = f"`{t['label']}`" + (f" vs baseline `{b['label']}`" if b else "")
+    title = md_code(t["label"]) + (f" vs baseline {md_code(b['label'])}" if b else "")
     out.append(f"## {'✅' if doc['passed'] else '❌'} Latency report: {title}")
     out.append("")
     out.append(_verdict_line(doc))
     out.append("")
     if doc.get("headline"):
-        out.append(f"> {doc['headline']}")
+        out.append(f"> {md_text(doc['headline'])}")
         out.append("")
     if t.get("source"):
-        out.append(f"Imported from `{t['source']}`: client-side timings only; server phases are not measured "
+        out.append(f"Imported from {md_code(t['source'])}: client-side timings only; server phases are not measured "
                    "(shown as –, never as 0).")
         out.append("")
     if doc["checks"]:
         out += ["### Checks", ""]
-        rows = [[STATUS_MARK[c["status"]], c["title"], check_value(c), c["message"]] for c in doc["checks"]]
+        rows = [[STATUS_MARK[c["status"]], md_text(c["title"]), check_value(c), md_text(c["message"])]
+                for c in doc["checks"]]
         out += table(["", "check", "measured", "detail"], rows, "clll")
         out.append("")
     out += ["### Latency", ""]
@@ -51,7 +59,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
                   else f"{fmt.pct(c['ci_low_pct'])} … {fmt.pct(c['ci_high_pct'])}")
             p = NOT_MEASURED if c["mann_whitney_p"] is None else f"{c['mann_whitney_p']:.3f}"
             rows.append([fmt.stat_name(c["stat"], c["metric"]), fmt.ms(c["baseline_ms"]), fmt.ms(c["candidate_ms"]),
-                         fmt.pct(c["delta_pct"]), ci, p, c["change"] or c["note"] or NOT_MEASURED])
+                         fmt.pct(c["delta_pct"]), ci, p, md_text(c["change"] or c["note"] or NOT_MEASURED)])
         out += table(["statistic", "baseline", "this run", "change", conf, "Mann-Whitney p", ""], rows, "lrrrlrl")
         out.append("")
         out.append(f"<sub>{conf}: percentile bootstrap, {s['bootstrap']:,} resamples (seed {s['seed']}), "
@@ -80,14 +88,14 @@ def render_markdown(doc: dict[str, Any]) -> str:
                 f"({fmt.share(sl['attainment'])}); goodput {good}.", ""]
     if doc["findings"]:
         out += ["### Findings", ""]
-        rows = [[SEVERITY_MARK.get(f["severity"], ""), f"**{f['title']}** (`{f['id']}`)", f["detail"]]
-                for f in doc["findings"]]
+        rows = [[SEVERITY_MARK.get(f["severity"], ""), f"**{md_text(f['title'])}** ({md_code(f['id'])})",
+                 md_text(f["detail"])] for f in doc["findings"]]
         out += table(["", "finding", "evidence"], rows, "cll")
         out.append("")
     if doc["claims"]:
         out += ["### Claims", ""]
-        rows = [[f"“{c['claim']}”", f"{VERDICT_MARK.get(c['verdict'], '')} {c['verdict']}", fmt.share(c["share"]),
-                 c["detail"]] for c in doc["claims"]]
+        rows = [[f"“{md_text(c['claim'])}”", f"{VERDICT_MARK.get(c['verdict'], '')} {md_text(c['verdict'])}",
+                 fmt.share(c["share"]), md_text(c["detail"])] for c in doc["claims"]]
         out += table(["claim", "verdict", "share of e2e", "evidence"], rows, "llrl")
         out.append("")
     if doc.get("html"):
@@ -130,7 +138,7 @@ def _verdict_line(doc: dict[str, Any]) -> str:
         verdict = "**No checks** (no baseline and no budget)"
     runs = f"{_requests(t)}" + (f" · baseline {_requests(b)}" if b else "")
     budget = doc["settings"]["budget"]
-    tail = f" · budget `{budget}`" if budget else ""
+    tail = f" · budget {md_code(budget)}" if budget else ""
     return f"{verdict} · {runs}{tail}"
 
 
@@ -173,7 +181,30 @@ def _row(cells: list[str]) -> str:
 
 
 def _cell(text: str) -> str:
+    # a pipe splits a GFM table cell even inside a code span: escaped here, for every cell
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-__all__ = ["check_value", "render_markdown", "table"]
+#: Markdown's inline syntax: links and images ([ ]), raw HTML and autolinks (< >), entities (&),
+#: code (`), emphasis and strikethrough (* ~, and _ where it does not stand inside a word: GFM
+#: never reads an intraword underscore as emphasis, so ``p95_ttft_ms`` stays as written), and the
+#: backslash itself; # and > only where a block would start (the first character).
+_MD_INLINE = re.compile(r"[\\`*~\[\]<>&]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])|^[#>]")
+
+
+def md_text(text: object, limit: int = TEXT_LIMIT) -> str:
+    """Outside text as Markdown shows it: :func:`~tracetool.untrusted.shown`, on one line, with
+    every character Markdown would act on backslash-escaped (pipes: see :func:`table`)."""
+    return _MD_INLINE.sub(lambda m: "\\" + m.group(), " ".join(shown(text, limit).split()))
+
+
+def md_code(text: object, limit: int = NAME_LIMIT) -> str:
+    """Outside text as a Markdown code span: fenced by more backticks than it holds in a row
+    (a backtick inside cannot end the span), padded where it starts or ends with one."""
+    s = " ".join(shown(text, limit).split())
+    fence = "`" * (max((len(run) for run in re.findall("`+", s)), default=0) + 1)
+    pad = " " if s.startswith("`") or s.endswith("`") else ""
+    return f"{fence}{pad}{s}{pad}{fence}"
+
+
+__all__ = ["check_value", "md_code", "md_text", "render_markdown", "table"]

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from tracetool.errors import BadInput, UsageError
+from tracetool.untrusted import shown
 
 if TYPE_CHECKING:
     from tracetool.serving.probe import ProbeResult
@@ -88,7 +89,7 @@ def server_process(trace_dir: Path, *extra: str, timeout_s: float = 180.0,
                 url.append(line[len(READY_PREFIX):].split()[0])
                 ready.set()
             elif stderr is not None and "error" in line.lower():
-                stderr.write(f"[server] {line}")
+                stderr.write(shown(f"[server] {line.rstrip()}") + "\n")
         ready.set()  # EOF: the child ended
 
     reader = threading.Thread(target=drain, name="tracetool-demo-server-stderr", daemon=True)

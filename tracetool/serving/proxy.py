@@ -31,6 +31,8 @@ import threading
 import time
 from typing import Any
 
+from tracetool.untrusted import echo
+
 _CHUNK = 1 << 16
 
 
@@ -216,15 +218,14 @@ def main(argv: list[str] | None = None) -> int:
     proxy = DelayProxy((host, int(port)), rtt_ms=a.rtt_ms, jitter_ms=a.jitter_ms, host=a.host, port=a.port)
 
     def say() -> None:
-        print(f"tracetool: delay proxy {proxy.url} -> {a.upstream} (+{a.rtt_ms:g} ms RTT)",
-              file=sys.stderr, flush=True)
+        echo(f"tracetool: delay proxy {proxy.url} -> {a.upstream} (+{a.rtt_ms:g} ms RTT)", err=True)
 
     try:
         asyncio.run(proxy.serve_forever(say))
     except KeyboardInterrupt:
         return 130
     except OSError as e:
-        print(f"tracetool: error: delay proxy: {e}", file=sys.stderr)
+        echo(f"tracetool: error: delay proxy: {e}", err=True)
         return 3
     return 0
 

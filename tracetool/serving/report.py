@@ -19,6 +19,7 @@ from tracetool.serving.schedule import (
     LAG_LIMIT_MS,
 )
 from tracetool.slo import SLO
+from tracetool.untrusted import NAME_LIMIT, echo, shown
 
 LABELS = {"ttft_ms": "TTFT (ms)", "tpot_ms": "TPOT (ms)", "itl_ms": "ITL (ms)", "e2e_ms": "e2e (ms)",
           "network_ms": "network (ms)", "connect_ms": "TCP connect (ms)", "queue_ms": "server queue (ms)",
@@ -96,15 +97,15 @@ def _slo_rows(rs: list[Any]) -> list[dict[str, Any]]:
 
 def print_probe_report(rep: dict[str, Any]) -> None:
     dur = rep["duration_s"]
-    print(f"{rep['url']}  model {rep['model']}  ({rep['endpoint']})")
+    echo(f"{rep['url']}  model {shown(rep['model'], NAME_LIMIT)}  ({rep['endpoint']})")
     line = f"requests: {rep['ok']} ok, {rep['failed']} failed of {rep['requests']} in {dur:.2f} s"
     if rep["request_throughput"] is not None:
         line += (f"; {rep['request_throughput']:.2f} req/s, "
                  f"{rep['output_token_throughput']:.1f} output tok/s aggregate")
-    print(line)
+    echo(line)
     wl = rep.get("workload") or {}
     if wl.get("lengths"):
-        print(f"workload: {wl['source']}{' ' + wl['file'] if wl.get('file') else ''}; lengths {wl['lengths']}")
+        echo(f"workload: {wl['source']}{' ' + wl['file'] if wl.get('file') else ''}; lengths {wl['lengths']}")
     tok = rep.get("tokens") or {}
     if tok.get("prompt") is not None:
         said = f"prompt tokens: {tok['prompt']:,} ({', '.join(f'{k} {v}' for k, v in tok['prompt_sources'].items())})"
@@ -112,36 +113,36 @@ def print_probe_report(rep: dict[str, Any]) -> None:
             said += f", {tok['cached_prompt']:,} from the server's prefix cache"
         if tok.get("reasoning") is not None:
             said += f"; reasoning tokens: {tok['reasoning']:,} of the output"
-        print(said)
+        echo(said)
     rows = {k: v for k, v in rep["metrics"].items() if v["n"]}
     for ln in format_table(rows, LABELS):
-        print(ln)
+        echo(ln)
     for src, n in rep["server_timings"].items():
-        print(f"server timings: {src} on {n} of {rep['ok']} ok requests (durations on the server's clock)")
+        echo(f"server timings: {src} on {n} of {rep['ok']} ok requests (durations on the server's clock)")
     if not rep["metrics"]["network_ms"]["n"] and rep["ok"]:
         b = rep["network_bound"]
         if b is not None:
-            print(f"network: not measured per request (the server reports no total time); TCP connect "
+            echo(f"network: not measured per request (the server reports no total time); TCP connect "
                   f"p50 {b['rtt_ms']:.3g} ms bounds it: network >= 1 RTT = {_pct(b['rtt_share'])} of "
                   f"e2e, {b['round_trips']} round trips would be {_pct(b['bound_share'])}")
         else:
-            print("network: not measured (the server reports no total time: run tracetool's middleware "
+            echo("network: not measured (the server reports no total time: run tracetool's middleware "
                   "in it, send its OTLP spans to tracetool receive, or merge its trace)")
     sl = rep.get("slo")
     if sl:
         said = ", ".join(f"{k} <= {v:g}" for k, v in sl["targets"].items())
         att = "-" if sl["attainment"] is None else f"{sl['attainment'] * 100:.1f} %"
         good = "-" if sl["goodput_rps"] is None else f"{sl['goodput_rps']:.2f} req/s"
-        print(f"SLO {said}: {sl['met_requests']} of {sl['requests']} requests met it ({att}), goodput {good}; "
+        echo(f"SLO {said}: {sl['met_requests']} of {sl['requests']} requests met it ({att}), goodput {good}; "
               + ("met" if sl["met"] else f"NOT met (needs {sl['attainment_target'] * 100:g} %)"))
     cl = rep.get("client")
     if cl and cl["client_bound"]:
-        print(f"client-bound: {cl['client_bound']}")
+        echo(f"client-bound: {cl['client_bound']}")
     if rep["retried"]:
-        print(f"retried x{rep['retried']}: a pooled connection was closed before any response byte; "
+        echo(f"retried x{rep['retried']}: a pooled connection was closed before any response byte; "
               "sent again once on a new connection")
     for e in rep["errors"]:
-        print(f"failed x{e['count']}: {e['error']}")
+        echo(f"failed x{e['count']}: {shown(e['error'])}")  # the server's words
 
 
 def token_counts(ok: list[Any]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from typing import Any
 
 from tracetool.errors import BadInput, UsageError
 from tracetool.serving.openai_api import Limits
+from tracetool.untrusted import echo
 
 
 @dataclass
@@ -179,8 +180,7 @@ def run_server(cfg: ServeConfig, on_ready: Callable[[str], None] | None = None) 
     state = ServerState(engine, rec, served, context, cfg.limits)
 
     def ready(u: str) -> None:
-        print(f"tracetool: serving {u} (model {served}; trace {out}); Ctrl-C stops and closes the trace",
-              file=sys.stderr, flush=True)
+        echo(f"tracetool: serving {u} (model {served}; trace {out}); Ctrl-C stops and closes the trace", err=True)
         if on_ready is not None:
             on_ready(u)
 
@@ -194,6 +194,5 @@ def run_server(cfg: ServeConfig, on_ready: Callable[[str], None] | None = None) 
         rec.close()
         sock.close()
         done = engine.tokens_generated
-        print(f"tracetool: server stopped; trace {out} closed ({done} tokens generated)", file=sys.stderr,
-              flush=True)
+        echo(f"tracetool: server stopped; trace {out} closed ({done} tokens generated)", err=True)
     return 0

@@ -19,6 +19,7 @@ from tracetool.errors import BadInput, UsageError
 from tracetool.serving.probe import ProbeConfig, run_probe
 from tracetool.serving.report import probe_report
 from tracetool.serving.schedule import print_progress
+from tracetool.untrusted import echo
 
 FORMAT = "tracetool-sweep"
 VERSION = 1
@@ -145,15 +146,15 @@ def print_sweep(doc: dict[str, Any]) -> None:
                      *[_pct(r["shares"].get(k)) for k in comps]])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
     for line in [head, *rows]:
-        print("  ".join(str(x).rjust(w) for x, w in zip(line, widths, strict=True)))
+        echo("  ".join(str(x).rjust(w) for x, w in zip(line, widths, strict=True)))
     if doc["moved"]:
-        print(f"where it moved: {doc['moved']}")
+        echo(f"where it moved: {doc['moved']}")
     for r in doc["levels"]:
         if r["client_bound"]:
-            print(f"{axis} {level_name(r['level'])}: client-bound: {r['client_bound']}")
+            echo(f"{axis} {level_name(r['level'])}: client-bound: {r['client_bound']}")
     if any(r.get("slo") for r in doc["levels"]):
         best = doc["best_level"]
-        print(f"highest {axis} meeting the SLOs: {level_name(best) if best is not None else 'none'}")
+        echo(f"highest {axis} meeting the SLOs: {level_name(best) if best is not None else 'none'}")
 
 
 def _ms(x: float | None) -> str:

@@ -39,6 +39,7 @@ from textual.worker import get_current_worker
 
 from tracetool.errors import TracetoolError
 from tracetool.trace_source import GroupedSource, TraceSource
+from tracetool.tui import fmt
 from tracetool.tui.model import ALL, AnalysisOptions, Sessions, Snapshot, View, analyse
 from tracetool.tui.screens.decode import DecodeScreen
 from tracetool.tui.screens.groups import GroupRow, GroupScreen
@@ -230,7 +231,7 @@ class TraceApp(App[int]):
         for w in getattr(self.source, "warnings", None) or []:
             if w not in self._warned:
                 self._warned.add(w)
-                self.notify(w, title="warning", severity="warning", timeout=10)
+                self.notify(fmt.text(w), title="warning", severity="warning", timeout=10, markup=False)
 
     def on_trace_app_analysis_ready(self, message: AnalysisReady) -> None:
         self._finished()
@@ -256,7 +257,7 @@ class TraceApp(App[int]):
         self._finished()
         self.status_line = message.status
         self.error_line = message.error
-        self.notify(message.error, title="analysis failed", severity="error", timeout=6)
+        self.notify(fmt.text(message.error), title="analysis failed", severity="error", timeout=6, markup=False)
 
     def _finished(self) -> None:
         self._inflight = max(0, self._inflight - 1)

@@ -9,9 +9,11 @@ from typing import Any, ClassVar
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
+from textual.content import Content
 from textual.widgets import DataTable, Footer, Header, Static
 
 from tracetool.report.fmt import METRIC_NAMES
+from tracetool.tui import fmt
 
 
 class DiffApp(App[int]):
@@ -32,7 +34,7 @@ class DiffApp(App[int]):
         d = self.doc
         yield Header()
         with VerticalScroll():
-            yield Static(f"A {d['a']['label']} → B {d['b']['label']}: {d['headline']}", id="headline")
+            yield Static(Content(fmt.text(f"A {d['a']['label']} → B {d['b']['label']}: {d['headline']}")), id="headline")
             yield DataTable(id="latency", cursor_type="row", zebra_stripes=True)
             yield DataTable(id="components", cursor_type="row", zebra_stripes=True)
         yield Footer()

@@ -17,6 +17,7 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.worker import get_current_worker
 
+from tracetool.tui import fmt
 from tracetool.tui.model import View
 from tracetool.tui.widgets.strips import resample
 
@@ -115,7 +116,7 @@ class EngineStrips(Widget):
 
     def render(self) -> Content:
         if self.error:
-            return Content.styled(self.error, "$text-error")
+            return Content.styled(fmt.text(self.error), "$text-error")
         d = self.data
         if d is None or not d.rows:
             return Content.styled("no engine samples in the window", "$text-muted")
@@ -138,12 +139,11 @@ def engine_note(engine: dict[str, Any]) -> Content:
     """One line over the rows: the source, the scrapes, the window aggregates the findings use;
     the queue time's percentiles as bounded as its buckets allow (tracetool.glyphs)."""
     from tracetool.glyphs import bucketed_percentiles
-    from tracetool.tui import fmt
 
     q = engine.get("queue_time_ms") or {}
     kv = engine.get("kv_cache_usage") or {}
     parts: list[str | tuple[str, str]] = [
-        f"{engine.get('source') or 'unknown engine'} · {fmt.count(engine.get('scrapes'))} scrapes ({engine.get('clock')} "
+        f"{fmt.text(engine.get('source') or 'unknown engine')} · {fmt.count(engine.get('scrapes'))} scrapes ({engine.get('clock')} "
         "clock) · waiting max ", (fmt.num((engine.get("requests_waiting") or {}).get("max"), 0), "bold"),
         " · KV max ", (fmt.pct(kv.get("max")), "bold"), " · queue mean ", (fmt.ms(q.get("mean")), "bold")]
     if q.get("bucketed") and any(q.get(k) is not None for k in ("p50", "p95", "p50_max", "p95_max")):

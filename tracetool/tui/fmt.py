@@ -1,10 +1,33 @@
-"""Numbers as the screens print them: units always, tracetool.glyphs.NOT_MEASURED for what was not measured."""
+"""Numbers as the screens print them: units always, tracetool.glyphs.NOT_MEASURED for what was not measured;
+and text from the trace as they show it (:func:`text`, :func:`cell`)."""
 
 from __future__ import annotations
 
 import math
 
+from rich.text import Text
+
 from tracetool.glyphs import NOT_MEASURED
+from tracetool.untrusted import NAME_LIMIT, TEXT_LIMIT, shown
+
+
+def text(value: object, limit: int = TEXT_LIMIT) -> str:
+    """Text from the trace or a server (an id, a name, a label, a message) as a screen shows it:
+    escaped and cut by :func:`tracetool.untrusted.shown`. Give it to ``Content`` as plain text
+    (``Content(...)``, ``Content.styled``, a part of ``Content.assemble``), never as markup."""
+    return shown(value, limit)
+
+
+def fit(value: object, width: int) -> str:
+    """Outside text in a column ``width`` characters wide: escaped, and cut with ``…`` to fit."""
+    s = shown(value, width)
+    return s if len(s) <= width else s[:max(0, width - 1)] + "…"
+
+
+def cell(value: object, limit: int = NAME_LIMIT, justify: str = "left") -> Text:
+    """A DataTable cell holding text from outside: a ``str`` cell is read as markup (a request id
+    ``[@click=app.quit]`` would be an action); a ``Text`` never is."""
+    return Text(shown(value, limit), justify=justify)  # type: ignore[arg-type]
 
 
 def ms(x: float | None, digits: int = 1) -> str:

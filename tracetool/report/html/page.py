@@ -15,14 +15,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracetool.glyphs import NOT_MEASURED
+from tracetool.untrusted import shown
 
 #: What the page's generator says about itself (in <meta name="generator">).
 GENERATOR = "tracetool report --html"
 
 
 def esc(text: Any) -> str:
-    """``text`` as HTML text or an attribute value: ``& < > " '`` escaped."""
-    return html.escape(str(text), quote=True)
+    """``text`` as HTML text or an attribute value: shown as every output path shows outside text
+    (:func:`tracetool.untrusted.shown`: control characters and bidi overrides escaped, long text
+    cut), then ``& < > " '`` escaped."""
+    return html.escape(shown(text), quote=True)
 
 
 def num(text: str, key: str | None = None) -> str:

@@ -146,14 +146,14 @@ def _fit_text(d: dict[str, Any]) -> Content:
     if roof:
         parts += ["\nroofline  ideal ", (f"{fmt.ms(roof.get('ideal_base_ms'), 2)} + "
                                          f"{roof.get('ideal_per_1k_kv_ms') or 0:.3f} ms per 1k kv_len", "bold"),
-                  f" at batch {roof.get('batch_mean') or 1:,.1f} ({roof.get('model')} on {roof.get('gpu_count')}× "
-                  f"{roof.get('gpu')})",
+                  f" at batch {roof.get('batch_mean') or 1:,.1f} ({fmt.text(roof.get('model'))} on "
+                  f"{roof.get('gpu_count')}× {fmt.text(roof.get('gpu'))})",
                   "\n          measured ", (fmt.ms(roof.get("measured_step_ms"), 2), "bold"), " vs ideal ",
                   (fmt.ms(roof.get("ideal_step_ms"), 2), "bold"), " = ",
                   (fmt.pct(roof.get("bandwidth_efficiency")), "bold"), " of peak bandwidth · compute/memory ",
                   (f"{roof.get('compute_to_memory') or 0:.2f}×", "bold")]
     else:
-        parts += [("\nno roofline: " + (d.get("roofline_note") or "model or GPU unknown")
+        parts += [("\nno roofline: " + fmt.text(d.get("roofline_note") or "model or GPU unknown")
                    + " (pass --model and --gpu)", "$text-muted")]
     return Content.assemble(*parts)
 

@@ -15,6 +15,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from tracetool.tui import fmt
+from tracetool.untrusted import NAME_LIMIT
 
 
 @dataclass(frozen=True)
@@ -64,13 +65,13 @@ class GroupScreen(ModalScreen[str | None]):
 
 def _row(r: GroupRow, width: int, current: bool) -> Content:
     parts: list[str | tuple[str, str]] = [
-        ("● " if current else "  ", "$text-accent"), (r.name.ljust(width), "bold"),
+        ("● " if current else "  ", "$text-accent"), (fmt.text(r.name, NAME_LIMIT).ljust(width), "bold"),
         ("  ", ""), (f"{r.traces} trace{'s' if r.traces != 1 else ''}".rjust(10), ""),
     ]
     if r.requests is not None:
         parts += [("  ", ""), (f"{fmt.count(r.requests)} requests".rjust(14), "")]
     if r.bottleneck:
-        parts += [("  ", ""), (f"{r.bottleneck} is the bottleneck", "$text-muted")]
+        parts += [("  ", ""), (f"{fmt.text(r.bottleneck)} is the bottleneck", "$text-muted")]
     elif r.requests is None:
         parts += [("  ", ""), ("not analysed yet", "$text-muted")]
     return Content.assemble(*parts)

@@ -16,6 +16,7 @@ from tracetool.errors import UsageError
 from tracetool.tui import fmt
 from tracetool.tui.model import View
 from tracetool.tui.story import VERDICT_STYLE, Verdict, judge, stories
+from tracetool.untrusted import SAFE_TEXT
 
 
 class HypothesisScreen(ModalScreen[None]):
@@ -34,7 +35,7 @@ class HypothesisScreen(ModalScreen[None]):
             yield Static("", id="verdict")
             yield OptionList(*(Option(s.words, id=s.key) for s in stories()), id="stories")
             yield Input(placeholder="or in your words: it's the network / decode is compute-bound / …",
-                        id="story-input")
+                        id="story-input", restrict=SAFE_TEXT)
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         if event.option.id is not None:

@@ -11,6 +11,7 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from tracetool.glyphs import NOT_MEASURED
+from tracetool.tui import fmt
 from tracetool.tui.model import View
 from tracetool.tui.screens.base import TraceScreen
 from tracetool.tui.story import VERDICT_STYLE, DiagnosisRow, diagnosis
@@ -47,7 +48,7 @@ class OverviewScreen(TraceScreen):
 
     def show_view(self, view: View) -> None:
         doc = view.doc
-        self.query_one("#headline", Static).update(Content.styled(doc.get("headline") or NOT_MEASURED, "bold"))
+        self.query_one("#headline", Static).update(Content.styled(fmt.text(doc.get("headline") or NOT_MEASURED), "bold"))
         self.query_one(Waterfall).show(doc)
         self.query_one(Percentiles).show(doc)
         self.query_one("#roofline-line", Static).update(_decode_line(doc))
@@ -64,13 +65,11 @@ def _verdict_line(rows: list[DiagnosisRow]) -> Content:
     for i, r in enumerate(rows):
         if i:
             parts.append(("  ", ""))
-        parts += [(r.badge, f"bold {VERDICT_STYLE.get(r.verdict, '')}"), f" {r.short}"]
+        parts += [(r.badge, f"bold {VERDICT_STYLE.get(r.verdict, '')}"), f" {fmt.text(r.short)}"]
     return Content.assemble(*parts)
 
 
 def _decode_line(doc: dict[str, Any]) -> Content:
-    from tracetool.tui import fmt
-
     d = doc.get("decode") or {}
     roof = d.get("roofline")
     parts: list[str | tuple[str, str]] = []
@@ -82,7 +81,7 @@ def _decode_line(doc: dict[str, Any]) -> Content:
                   (fmt.ms(roof.get("measured_step_ms"), 2), "bold"), " → ",
                   (fmt.pct(roof.get("bandwidth_efficiency")), "bold"), " of peak bandwidth"]
     elif d.get("roofline_note"):
-        parts += [("\nno roofline: " + d["roofline_note"], "$text-muted")]
+        parts += [("\nno roofline: " + fmt.text(d["roofline_note"]), "$text-muted")]
     return Content.assemble(*parts)
 
 

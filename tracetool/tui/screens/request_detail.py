@@ -22,6 +22,7 @@ from tracetool.tui.model import View
 from tracetool.tui.queries import RequestDetail, request_detail
 from tracetool.tui.widgets.braille import BraillePlot, Series
 from tracetool.tui.widgets.timeline import SpanTimeline
+from tracetool.untrusted import NAME_LIMIT
 
 TOKEN_ROWS = 2000
 
@@ -41,8 +42,9 @@ class RequestScreen(Screen[None]):
         self.view, self.trace, self.request_id = view, trace, request_id
 
     def compose(self) -> ComposeResult:
-        yield Static(Content.assemble((" request ", "bold reverse"), " ", (self.request_id, "bold"),
-                                      ("  trace ", "$text-muted"), self.trace, ("  esc back", "$text-muted")),
+        yield Static(Content.assemble((" request ", "bold reverse"), " ", (fmt.text(self.request_id, NAME_LIMIT), "bold"),
+                                      ("  trace ", "$text-muted"), fmt.text(self.trace, NAME_LIMIT),
+                                      ("  esc back", "$text-muted")),
                      id="request-title")
         with VerticalScroll(id="request"):
             yield Static("loading…", id="request-summary")
@@ -71,7 +73,7 @@ class RequestScreen(Screen[None]):
     def on_request_screen_loaded(self, message: Loaded) -> None:
         d = message.detail
         if d is None:
-            self.query_one("#request-summary", Static).update(Content.styled(message.error, "$text-error"))
+            self.query_one("#request-summary", Static).update(Content.styled(fmt.text(message.error), "$text-error"))
             return
         self.query_one("#request-summary", Static).update(_summary(d.row))
         self.query_one(SpanTimeline).show(d)
@@ -99,11 +101,11 @@ def _r(s: str) -> Text:
 
 def _summary(row: dict[str, Any]) -> Content:
     parts: list[str | tuple[str, str]] = [
-        "e2e ", (fmt.ms(row.get("e2e_ms")), "bold"), (f" ({row.get('e2e_source') or NOT_MEASURED})", "$text-muted"),
+        "e2e ", (fmt.ms(row.get("e2e_ms")), "bold"), (f" ({fmt.text(row.get('e2e_source') or NOT_MEASURED)})", "$text-muted"),
         " · TTFT ", (fmt.ms(row.get("ttft_ms")), "bold"), " · TPOT ", (fmt.ms(row.get("tpot_ms"), 2), "bold"),
         " · ", (fmt.count(row.get("output_tokens")), "bold"), " tokens",
         " · prompt ", (fmt.count(row.get("prompt_tokens")), "bold"),
-        " · bottleneck ", (row.get("bottleneck") or NOT_MEASURED, "bold $text-warning"),
+        " · bottleneck ", (fmt.text(row.get("bottleneck") or NOT_MEASURED), "bold $text-warning"),
     ]
     if row.get("ok") is False:
         parts += ["  ", ("FAILED", "bold $text-error")]

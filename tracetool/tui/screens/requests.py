@@ -76,7 +76,7 @@ class RequestsScreen(TraceScreen):
         if view is None or snap is None or message.key != (snap.generation, view.label):
             return
         if message.table is None:
-            self.query_one("#requests-note", Static).update(Content.styled(message.error, "$text-error"))
+            self.query_one("#requests-note", Static).update(Content.styled(fmt.text(message.error), "$text-error"))
             return
         self._table = message.table
         self._fill()
@@ -97,10 +97,11 @@ class RequestsScreen(TraceScreen):
             table.add_column(f"{title} {arrow}" if key == self._sort else title, key=key)
         self._keys = []
         for r in shown.to_pylist():
-            cells: list[Any] = [r["trace"]] if several else []
-            rid = r["request_id"] if r["ok"] is not False else f"{r['request_id']} ✗"
+            cells: list[Any] = [fmt.cell(r["trace"])] if several else []
+            rid = fmt.cell(r["request_id"]) if r["ok"] is not False else fmt.cell(f"{r['request_id']} ✗")
             cells += [rid, _right(fmt.ms(r["e2e_ms"])), _right(fmt.ms(r["ttft_ms"])),
-                      _right(fmt.ms(r["itl_p50_ms"], 2)), _right(fmt.count(r["output_tokens"])), r["bottleneck"] or NOT_MEASURED]
+                      _right(fmt.ms(r["itl_p50_ms"], 2)), _right(fmt.count(r["output_tokens"])),
+                      fmt.cell(r["bottleneck"] or NOT_MEASURED)]
             table.add_row(*cells, key=f"{r['trace']}\x00{r['request_id']}")
             self._keys.append((r["trace"], r["request_id"]))
         total = self._table.num_rows

@@ -15,6 +15,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Input, Static
 from textual.worker import get_current_worker
 
+from tracetool.tui import fmt
 from tracetool.tui.model import View
 from tracetool.tui.queries import (
     ConsoleRefused,
@@ -24,6 +25,7 @@ from tracetool.tui.queries import (
     run_console,
 )
 from tracetool.tui.screens.base import TraceScreen
+from tracetool.untrusted import SAFE_TEXT, TEXT_LIMIT
 
 MAX_ROWS = 500
 PLACEHOLDER = "SELECT * FROM attribution_requests ORDER BY e2e_ms DESC LIMIT 20"
@@ -50,7 +52,7 @@ class SqlScreen(TraceScreen):
 
     def compose_body(self) -> Iterable[Widget]:
         with Vertical(id="sql-box"):
-            yield Input(placeholder=PLACEHOLDER, id="sql-input")
+            yield Input(placeholder=PLACEHOLDER, id="sql-input", restrict=SAFE_TEXT)  # a paste of controls is refused
             yield Static("", id="sql-message")
             table: DataTable[Any] = DataTable(id="sql-result", zebra_stripes=True)
             yield table
@@ -96,13 +98,13 @@ class SqlScreen(TraceScreen):
         msg = self.query_one("#sql-message", Static)
         table: DataTable[Any] = self.query_one("#sql-result", DataTable)
         if message.result is None:
-            msg.update(Content.assemble(("refused: ", "bold $text-error"), (message.error, "$text-error")))
+            msg.update(Content.assemble(("refused: ", "bold $text-error"), (fmt.text(message.error), "$text-error")))
             table.clear(columns=True)
             return
         r = message.result
         table.clear(columns=True)
         for i, c in enumerate(r.columns):
-            table.add_column(c, key=f"c{i}")
+            table.add_column(fmt.cell(c), key=f"c{i}")
         for row in r.rows:
             table.add_row(*(_cell(v) for v in row))
         more = f", first {MAX_ROWS} shown" if r.truncated else ""
@@ -120,12 +122,12 @@ class SqlScreen(TraceScreen):
         self.query_one("#sql-input", Input).focus()
 
 
-def _cell(v: Any) -> Text | str:
+def _cell(v: Any) -> Text:
     if v is None:
         return Text("NULL", style="dim")
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         return Text(f"{v:,}" if isinstance(v, int) else f"{v:,.6g}", justify="right")
-    return str(v)
+    return fmt.cell(v, TEXT_LIMIT)  # whatever the trace holds: escaped, cut, never markup
 
 
 __all__ = ["SqlScreen"]

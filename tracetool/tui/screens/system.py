@@ -25,6 +25,7 @@ from tracetool.tui.queries import SystemData, system_data
 from tracetool.tui.screens.base import TraceScreen
 from tracetool.tui.widgets.braille import Y_LABEL, BraillePlot, Series
 from tracetool.tui.widgets.strips import Strips
+from tracetool.untrusted import NAME_LIMIT
 
 GPU_STYLES = ("$text-primary", "$text-accent", "$text-success", "$text-warning")
 CPU_STYLES = {"model-forward": "$text-primary", "tokenize": "$text-error", "sampling": "$text-accent",
@@ -94,7 +95,7 @@ class SystemScreen(TraceScreen):
             return
         data = message.data
         if data is None:
-            self.query_one("#gpu-note", Static).update(Content.styled(message.error, "$text-error"))
+            self.query_one("#gpu-note", Static).update(Content.styled(fmt.text(message.error), "$text-error"))
             return
         span = data.span_s or 1.0
         centre = [(b + 0.5) * data.bucket_ns / 1e9 for b in range(data.buckets)]
@@ -129,7 +130,7 @@ def _gpu_note(doc: dict[str, Any]) -> Content:
                   f" (median), {fmt.count(r.get('decode_samples'))} samples in decode, busy ",
                   (f"{fmt.num(util, 0)} %", "bold"), " during decode\n"]
     if coarse:
-        parts += [("! " + coarse["detail"], "$text-warning")]
+        parts += [("! " + fmt.text(coarse["detail"]), "$text-warning")]
     else:
         parts += [(f"sampling is finer than a decode step ({fmt.ms(step)})", "$text-muted")]
     return Content.assemble(*parts)
@@ -138,7 +139,7 @@ def _gpu_note(doc: dict[str, Any]) -> Content:
 def _cpu_note(doc: dict[str, Any]) -> Content:
     cats = doc.get("cpu") or []
     busy = [c for c in cats if c.get("category") != "idle"]
-    top = ", ".join(f"{c['category']} {fmt.pct(c.get('busy_share'))}" for c in busy[:4])
+    top = ", ".join(f"{fmt.text(c['category'], NAME_LIMIT)} {fmt.pct(c.get('busy_share'))}" for c in busy[:4])
     total = sum(c.get("samples") or 0 for c in cats)
     return Content.assemble(f"{fmt.count(total)} samples · busy: ", (top or NOT_MEASURED, "bold"),
                             ("  (share of non-idle samples)", "$text-muted"))

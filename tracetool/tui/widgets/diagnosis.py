@@ -26,12 +26,12 @@ class Diagnosis(Vertical):
         for r in rows:
             style = VERDICT_STYLE.get(r.verdict, "")
             share = fmt.pct(r.share) if r.share is not None else NOT_MEASURED
-            blocks.append(Static(Content.assemble((f"{r.badge} ", f"bold {style}"), (f"{r.name:<20}", "bold"),
-                                                  f"{share:>9}  ", (r.verdict, style)), classes="suspect"))
-            blocks.append(Static(Content.styled(r.evidence, "$text-muted"), classes="evidence"))
+            blocks.append(Static(Content.assemble((f"{r.badge} ", f"bold {style}"), (f"{fmt.text(r.name):<20}", "bold"),
+                                                  f"{share:>9}  ", (fmt.text(r.verdict), style)), classes="suspect"))
+            blocks.append(Static(Content.styled(fmt.text(r.evidence), "$text-muted"), classes="evidence"))
             if r.finding:
                 warn = r.finding["severity"] == "warning"
-                blocks.append(Static(Content.styled(f"{'!' if warn else '·'} {r.finding['title']}",
+                blocks.append(Static(Content.styled(f"{'!' if warn else '·'} {fmt.text(r.finding['title'])}",
                                                     "$text-warning" if warn else "$text-muted"), classes="evidence"))
         blocks.append(Static(Content.styled(LEGEND, "$text-muted"), classes="legend"))
         with self.app.batch_update():

@@ -9,6 +9,8 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import Static
 
+from tracetool.tui import fmt
+
 
 class Findings(Vertical):
     """Findings of the analysis (docs/findings.md), as the analyzer wrote them."""
@@ -18,9 +20,9 @@ class Findings(Vertical):
         for f in findings:
             warn = f["severity"] == "warning"
             blocks.append(Static(Content.assemble(("! " if warn else "· ", "$text-warning" if warn else "$text-muted"),
-                                                  (f["title"], "bold"), (f"  {f['id']}", "$text-muted")),
+                                                  (fmt.text(f["title"]), "bold"), (f"  {fmt.text(f['id'])}", "$text-muted")),
                                  classes="finding"))
-            blocks.append(Static(Content.styled(f["detail"], "$text-muted"), classes="evidence"))
+            blocks.append(Static(Content.styled(fmt.text(f["detail"]), "$text-muted"), classes="evidence"))
         if not blocks:
             blocks.append(Static(Content.styled("no findings fired", "$text-muted")))
         with self.app.batch_update():

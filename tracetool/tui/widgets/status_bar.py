@@ -34,20 +34,20 @@ class StatusBar(Widget):
     def render(self) -> Content:
         parts: list[str | tuple[str, str]] = [(" tracetool ", "bold reverse")]
         s = self._snapshot
-        label = s.source_label if s else ""
+        label = fmt.text(s.source_label) if s else ""
         parts += [" ", (label, "bold")]
-        status = self._status or (s.status if s else "")
+        status = fmt.text(self._status or (s.status if s else ""))
         # a live source's status (every server's state, tokens, rate) is long: it goes last, so the
         # view shown and its counts are never the part cut off at the terminal's edge
         late = len(status) > LATE_STATUS
         if status and not late:
             parts += ["  ", (status, _status_style(status))]
         if self._error:  # the error first: it is what the user needs to read
-            parts += ["  ", ("⚠ " + _short_paths(self._error), "bold $text-error")]
+            parts += ["  ", ("⚠ " + fmt.text(_short_paths(self._error)), "bold $text-error")]
         elif s is not None:
             view = s.view(self._selected)
             if len(s.labels) > 1:  # a live snapshot holds only the view it was asked for
-                parts += ["  view ", (view.label, "bold $text-accent"), (f" ({len(s.labels) - 1} traces, t)", "$text-muted")]
+                parts += ["  view ", (fmt.text(view.label), "bold $text-accent"), (f" ({len(s.labels) - 1} traces, t)", "$text-muted")]
             doc = view.doc
             tokens = (doc.get("decode") or {}).get("output_tokens")
             parts += ["  ", f"{fmt.count(doc.get('requests'))} requests", "  ", f"{fmt.count(tokens)} tokens"]

@@ -8,6 +8,8 @@ from typing import Any
 from textual.content import Content
 from textual.widget import Widget
 
+from tracetool.tui import fmt
+
 _BLOCKS = " ▁▂▃▄▅▆▇█"
 
 
@@ -34,7 +36,7 @@ class Strips(Widget):
         lines = []
         for label, values, style in self._rows:
             cells = "".join(_BLOCKS[round(v * 8)] for v in resample(values, cols))
-            lines.append(Content.assemble((f"{label[: self._label_w - 1]:<{self._label_w}}", "$text-muted"),
+            lines.append(Content.assemble((f"{fmt.fit(label, self._label_w - 1):<{self._label_w}}", "$text-muted"),
                                           (cells, style)))
         return Content("\n").join(lines)
 
