@@ -72,7 +72,9 @@ def value_trace(draw: Any) -> tuple[dict[str, pa.Table], dict[str, Any]]:
                                        "status": [draw(st.sampled_from(["ok", "error", None, "?"])) for _ in rids],
                                        "error": [None] * len(rids), "prompt_chars": [None] * len(rids),
                                        "cached_prompt_tokens": [draw(st.one_of(st.none(), I32)) for _ in rids],
-                                       "reasoning_tokens": [draw(st.one_of(st.none(), I32)) for _ in rids]},
+                                       "reasoning_tokens": [draw(st.one_of(st.none(), I32)) for _ in rids],
+                                       "server_scope": [draw(st.sampled_from(["server", "engine", None, "?"]))
+                                                        for _ in rids]},
                                       schema=TABLES["requests"].arrow_schema)
     meta: dict[str, Any] = {"format": "tracetool", "version": 1}
     if draw(st.booleans()):
