@@ -34,6 +34,7 @@ from tracetool.errors import BadInput, UsageError
 from tracetool.meta import write_meta
 from tracetool.schema import META_FILE
 from tracetool.untrusted import echo
+from tracetool.writer.output import prepare_output
 
 ENV_DIR = "TRACETOOL_RECORD_DIR"
 ENV_OPTIONS = "TRACETOOL_RECORD_OPTIONS"
@@ -91,13 +92,6 @@ def child_env(out: Path, options: Mapping[str, Any] | None = None,
 
 
 # -- parent side ------------------------------------------------------------------------------
-def _check_out(out: Path, force: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise UsageError(f"{out}: exists and is not empty (use --force to replace the trace in it)")
-
-
 def start_samplers(rec: Any, samplers: Mapping[str, float], pid: int) -> list[Callable[[], None]]:
     """Start the samplers of :data:`SAMPLERS` named in ``samplers`` (name -> Hz) on process
     ``pid``, writing into ``rec``; returns what stops each. ``tracetool serve`` runs them in its
@@ -204,7 +198,7 @@ def run_recording(command: Sequence[str], out: str | os.PathLike[str], *, force:
     exe = shutil.which(command[0])
     if exe is None:
         raise UsageError(f"command not found: {command[0]}")
-    _check_out(out, force)
+    prepare_output(out, force, create=False)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -23,6 +23,7 @@ import pyarrow as pa
 from tracetool.dataset import Member, discover, open_members
 from tracetool.errors import BadInput, UsageError
 from tracetool.meta import write_meta
+from tracetool.writer.output import check_output
 
 #: Rows per Parquet row group (about 10-40 MB per tokens group uncompressed).
 ROW_GROUP_ROWS = 1 << 20
@@ -56,8 +57,7 @@ def write_dataset(paths: Sequence[Path], output: Path, *, force: bool = False) -
         BadInput: nothing readable, mixed versions, or ``output`` cannot be written.
     """
     ds = discover(paths)
-    if output.exists() and any(output.iterdir()) and not force:
-        raise UsageError(f"{output}: exists and is not empty (use --force to replace its table files)")
+    check_output(output, force)
     out_res = output.resolve()
     for m in ds.members:
         if out_res == m.path.resolve() or m.path.resolve() in out_res.parents:

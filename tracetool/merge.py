@@ -46,12 +46,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracetool import schema
-from tracetool.errors import BadInput, UsageError
+from tracetool.errors import BadInput
 from tracetool.meta import write_meta
 from tracetool.otlp.join import align_request_ids
 from tracetool.reader import Trace, open_trace
 from tracetool.schema import CLIENT_REQUEST, SERVER_REQUEST, TABLES, table_file_name
 from tracetool.summary import request_ids
+from tracetool.writer.output import check_output, prepare_output
 
 #: The table merge writes (an optional table of the format, docs/trace-format.md).
 CLOCK_OFFSETS = schema.CLOCK_OFFSETS.arrow_schema
@@ -107,8 +108,7 @@ def merge_traces(client_path: str | Path, server_path: str | Path, out: str | Pa
                  force: bool = False) -> MergeReport:
     """Write the joined trace to ``out``; see the module docstring."""
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
-        raise UsageError(f"{out}: exists and is not empty (use --force to replace its table files)")
+    check_output(out, force)
     client, server = open_trace(client_path), open_trace(server_path)
     if not _has_clock(client, "client"):
         raise BadInput(f"{client.path}: no client-clock spans: not a client trace (tracetool probe writes one)")
@@ -399,10 +399,7 @@ def _requests(client: Trace, server: Trace) -> pa.Table:
 
 def _write(out: Path, meta: dict[str, Any], tables: dict[str, pa.Table]) -> None:
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        for p in out.iterdir():
-            if p.suffix in (".arrows", ".arrow", ".parquet") and p.is_file():
-                p.unlink()
+        prepare_output(out, force=True)  # checked before the inputs were read
         for name, table in tables.items():
             path = out / table_file_name(name, "arrows")
             options = pa.ipc.IpcWriteOptions(compression="lz4")

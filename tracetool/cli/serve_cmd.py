@@ -204,10 +204,10 @@ def probe(url: str, n: int, concurrency: str, rate: str | None, duration_s: floa
     """
     from tracetool.serving.probe import ProbeConfig, run_probe
     from tracetool.serving.report import print_probe_report, probe_report
-    from tracetool.serving.runner import check_out
     from tracetool.serving.sweep import parse_levels, print_sweep, run_sweep
     from tracetool.serving.workloads import parse_len
     from tracetool.slo import parse_slo
+    from tracetool.writer.output import prepare_output
 
     slo_spec = parse_slo(slo)
     conc = parse_levels(concurrency, "--concurrency", integer=True)
@@ -215,7 +215,7 @@ def probe(url: str, n: int, concurrency: str, rate: str | None, duration_s: floa
     if len(conc) > 1 and rates is not None and len(rates) > 1:
         raise UsageError("sweep one of --concurrency and --rate, not both")
     if output is not None:
-        check_out(output, force)
+        prepare_output(output, force, create=False)
     cfg = ProbeConfig(url=url, n=n, concurrency=int(conc[0]), rate=rates[0] if rates else None,
                       burstiness=burstiness, duration_s=duration_s, warmup_s=warmup_s, ramp_s=ramp_s,
                       prompt_tokens=prompt_tokens,

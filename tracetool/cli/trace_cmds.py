@@ -17,6 +17,7 @@ from tracetool.reader import open_trace
 from tracetool.schema import TABLES
 from tracetool.summary import summarize
 from tracetool.untrusted import NAME_LIMIT, echo, shown
+from tracetool.writer.output import check_output, prepare_output
 
 #: Names listed on one line of ``info`` (span names, tables) before the rest are only counted.
 LISTED = 40
@@ -142,15 +143,11 @@ def convert(trace: Path, fmt: str, output: Path, force: bool, as_dataset: bool) 
     if as_dataset:
         return _convert_dataset(trace, fmt, output, force)
     t = open_trace(trace)
-    if output.exists() and any(output.iterdir()) and not force:
-        raise UsageError(f"{output}: exists and is not empty (use --force to replace its table files)")
+    check_output(output, force)
     if output.resolve() == t.path.resolve():
         raise UsageError("output must be a different directory from the input")
     try:
-        output.mkdir(parents=True, exist_ok=True)
-        for p in output.iterdir():
-            if p.suffix in (".arrows", ".arrow", ".parquet"):
-                p.unlink()
+        prepare_output(output, force=True)  # checked before the input was read
         for name, table in t.tables.items():
             _write_table(table.combine_chunks(), output / f"{name}.{fmt}", fmt)
         meta = dict(t.meta)

@@ -28,10 +28,10 @@ WHAT = "OTLP JSON traces (one ExportTraceServiceRequest per line, as the Collect
 
 def import_trace(path: Path, out: Path, *, force: bool = False) -> dict[str, Any]:
     """Read ``path`` and write the trace to ``out``; return the import summary."""
-    from tracetool.importers.trace_out import prepare_directory
     from tracetool.otlp.decode import BadPayload, parse_json_request, spans_of
     from tracetool.otlp.sink import OtlpSink
     from tracetool.writer import TraceWriter
+    from tracetool.writer.output import prepare_output
 
     text = read_text(path, WHAT)
     try:
@@ -51,7 +51,7 @@ def import_trace(path: Path, out: Path, *, force: bool = False) -> dict[str, Any
         skips.add(f"line {n}", err or "unreadable")
     if not batches:
         raise BadInput(f"{path}: no OTLP request could be read ({skips.first('line')}); expected {WHAT}")
-    prepare_directory(out, force)
+    prepare_output(out, force)
     meta = {"producer": {"name": "tracetool import", "version": __version__},
             "clocks": {"server": "Unix epoch nanoseconds of the servers that sent the spans (their clocks)"},
             "import": {"tool": "otlp", "file": str(path.resolve()), "skipped": skips.total}}

@@ -23,28 +23,15 @@ from typing import Any
 import pyarrow as pa
 
 from tracetool import __version__
-from tracetool.errors import BadInput, UsageError
+from tracetool.errors import BadInput
 from tracetool.importers.common import ImportResult
 from tracetool.meta import new_meta, write_meta
-from tracetool.schema import CLIENT_REQUEST, META_FILE, TABLES
+from tracetool.schema import CLIENT_REQUEST, TABLES
+from tracetool.writer.output import prepare_output
 
 _TABLE_SUFFIXES = (".arrows", ".arrow", ".parquet")
 
 
-def prepare_directory(out: Path, force: bool) -> None:
-    """Make ``out`` ready to hold a trace: new, empty, or (with force) cleared of trace files."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()):
-        if not force:
-            raise UsageError(f"{out}: exists and is not empty (use --force to replace the trace in it)")
-        for p in out.iterdir():
-            if p.is_file() and (p.suffix in _TABLE_SUFFIXES or p.name == META_FILE):
-                p.unlink()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise BadInput(f"{out}: cannot create ({e.strerror or e})") from e
 
 
 def write_trace(result: ImportResult, out: Path, *, force: bool = False) -> dict[str, Any]:
@@ -76,7 +63,7 @@ def write_trace(result: ImportResult, out: Path, *, force: bool = False) -> dict
             tokens["client_recv_ns"].append(t)
             tokens["kv_len"].append(r.prompt_tokens + i if kv_ok and r.prompt_tokens is not None else None)
 
-    prepare_directory(out, force)
+    prepare_output(out, force)
     tables = {"spans": spans, "tokens": tokens, "requests": reqs}
     try:
         for name, cols in tables.items():

@@ -41,6 +41,7 @@ from tracetool.live.window import WindowSpec, valid_rows
 from tracetool.meta import check_meta, read_meta, write_meta
 from tracetool.reader import Trace
 from tracetool.writer import TraceWriter
+from tracetool.writer.output import prepare_output
 
 #: meta.json fields the writer of the copy owns (the server's values are not copied).
 _OWN = {"format", "version", "created_unix_ns", "closed", "closed_unix_ns", "dropped_rows", "notes", "producer", "live"}
@@ -129,10 +130,7 @@ def record_live(addresses: Sequence[Address], out: Path, duration_s: float, *,
         BadInput: ``out`` cannot be written.
     """
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise UsageError(f"{out}: exists and is not empty (use --force to replace the trace in it)")
+    prepare_output(out, force, create=False)
     repeated = _repeated(addresses)
     if repeated is not None:
         raise UsageError(f"ADDR {repeated} is given twice (its two recordings would share a directory)")

@@ -312,12 +312,12 @@ def _gunzip(data: bytes, limit: int) -> bytes:
 def run_receiver(cfg: ReceiveConfig, *, on_ready: Callable[[Receiver], None] | None = None) -> int:
     """``tracetool receive``: returns the exit code (0); the trace is closed on the way out."""
     from tracetool import __version__
-    from tracetool.serving.runner import check_out
     from tracetool.writer import TraceWriter
+    from tracetool.writer.output import prepare_output
 
     if not cfg.grpc and not cfg.http:
         raise UsageError("nothing to listen on: give --otlp-grpc or --otlp-http")
-    check_out(cfg.out, cfg.force)
+    prepare_output(cfg.out, cfg.force, create=False)
     meta = {"producer": {"name": "tracetool receive", "version": __version__},
             "clocks": {"server": "Unix epoch nanoseconds of the servers that sent the spans (their clocks)"}}
     writer = TraceWriter(cfg.out, meta=meta, flush_interval_s=0.5).start()

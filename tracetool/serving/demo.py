@@ -140,11 +140,11 @@ def record_demo(cfg: DemoConfig, stderr: TextIO = sys.stderr) -> DemoRun:
     from tracetool.reader import open_trace
     from tracetool.serving.probe import ProbeConfig, run_probe
     from tracetool.serving.proxy import DelayProxy
-    from tracetool.serving.runner import check_out
+    from tracetool.writer.output import prepare_output
 
     model_dir = resolve_model(cfg.model, stderr)  # before anything is created: a usage error leaves nothing
     out = cfg.out or Path(tempfile.mkdtemp(prefix="tracetool-demo-"))
-    check_out(out, cfg.force or cfg.out is None)
+    prepare_output(out, cfg.force or cfg.out is None, create=False)
     work = Path(tempfile.mkdtemp(prefix="tracetool-demo-work-"))
     server_dir, client_dir = work / "server", work / "client"
     try:

@@ -55,13 +55,6 @@ class ServeConfig:
     metrics: tuple[str, float] | None = None
 
 
-def check_out(out: Path, force: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise UsageError(f"{out}: exists and is not empty (use --force to replace the trace in it)")
-
-
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on host:port (port 0: a free one)."""
     try:
@@ -146,9 +139,10 @@ def run_server(cfg: ServeConfig, on_ready: Callable[[str], None] | None = None) 
     from tracetool.recorder import Recorder
     from tracetool.serving.engine import Engine
     from tracetool.serving.server import ServerState, build_app
+    from tracetool.writer.output import prepare_output
 
     out = Path(cfg.out)
-    check_out(out, cfg.force)
+    prepare_output(out, cfg.force, create=False)
     # The engine thread holds the GIL between torch ops; the default 5 ms switch interval
     # would let it delay the event loop (request arrival, each SSE write) by that much,
     # time the middleware cannot see and the client would count as network.
