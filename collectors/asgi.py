@@ -54,6 +54,7 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 from tracetool.recorder import Recorder, RequestHandle, now_ns
+from tracetool.schema import PHASES
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -67,8 +68,8 @@ STATE_KEY = "tracetool_request"
 SSE_FIELD = "server_timing"
 #: Paths the middleware does not record by default.
 SKIP_PATHS = ("/health", "/healthz", "/ready", "/metrics", "/ping", "/v1/models", "/models", "/favicon.ico")
-#: Phases reported in ``Server-Timing``, in this order, after ``server``.
-TIMING_PHASES = ("queue", "tokenize", "preprocess", "prefill", "decode", "detokenize", "postprocess")
+#: Phases reported in ``Server-Timing``, in their serving order (tracetool.schema), after ``server``.
+TIMING_PHASES = PHASES
 
 _ID_RE = re.compile(r"^[A-Za-z0-9._:/+=@-]{1,128}$")
 _TRACEPARENT_RE = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")

@@ -38,7 +38,13 @@ CLIENT_REQUEST = "client.request"
 SERVER_REQUEST = "server.request"
 #: A load client's wait between a request's intended send time and its send (tracetool probe --rate).
 CLIENT_QUEUE = "client.queue"
-PHASES = ("tokenize", "queue", "preprocess", "prefill", "decode", "detokenize", "postprocess")
+#: The server phases in the order a request meets them on its timeline (pre-processing and the
+#: chat template, tokenization, waiting for the engine, the prompt, the tokens, then back to text
+#: and post-processing): the one place that order is spelled. Prefill ends at the first token.
+PHASES = ("preprocess", "tokenize", "queue", "prefill", "decode", "detokenize", "postprocess")
+#: The phases before the first token exists, and from it on (serving order around it).
+PHASES_BEFORE_FIRST_TOKEN = PHASES[:PHASES.index("prefill") + 1]
+PHASES_FROM_FIRST_TOKEN = PHASES[PHASES.index("prefill") + 1:]
 #: Components of the attribution rule, in the order they happen.
 COMPONENTS = ("client_queue", "network", "frontend", "queue", "tokenize", "preprocess", "prefill", "decode",
               "detokenize", "postprocess", "other")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tracetool.schema import PHASES_BEFORE_FIRST_TOKEN, PHASES_FROM_FIRST_TOKEN
 from tracetool.serving.workloads import length_basis
 
 if TYPE_CHECKING:
@@ -130,8 +131,8 @@ def reasoning_tokens(r: RequestResult) -> int | None:
     return r.reasoning_chunks or None
 
 
-_BEFORE_FIRST_TOKEN = ("preprocess", "tokenize", "queue", "prefill")
-_AFTER_FIRST_TOKEN = ("decode", "detokenize", "postprocess")
+_BEFORE_FIRST_TOKEN = PHASES_BEFORE_FIRST_TOKEN
+_AFTER_FIRST_TOKEN = PHASES_FROM_FIRST_TOKEN
 
 
 def _place_server_spans(rec: Any, r: RequestResult, server_ns: int, one_way: int) -> None:
