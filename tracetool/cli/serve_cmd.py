@@ -13,6 +13,7 @@ from tracetool.cli.metrics_options import metrics_options
 from tracetool.cli.samplers import chosen_samplers, sampler_options
 from tracetool.errors import UsageError
 from tracetool.glyphs import NOT_MEASURED
+from tracetool.serving.probe_types import default as probe_default
 from tracetool.untrusted import echo
 
 
@@ -107,25 +108,25 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
 @click.option("-n", "--requests", "n", type=click.IntRange(1), default=None,
               help="Requests to send (conversations with --turns); default 16, or every prompt of "
                    "--dataset / line of --replay.")
-@click.option("--concurrency", default="4", show_default=True, metavar="C[,C...]",
+@click.option("--concurrency", default=str(probe_default("concurrency")), show_default=True, metavar="C[,C...]",
               help="Requests in flight at most; a list (1,4,16) sweeps them, one run each into OUT/<level>.")
 @click.option("--rate", default=None, metavar="R[,R...]",
               help="Poisson arrivals at this many requests/s, latency counted from each intended send time "
                    "(default: as fast as --concurrency allows); a list (1,2,4) sweeps them.")
 @click.option("--duration", "duration_s", type=click.FloatRange(0, min_open=True), default=None,
               help="Send for this many seconds (with --rate: every arrival within it; else closed loop).")
-@click.option("--warmup", "warmup_s", type=click.FloatRange(0), default=0.0, show_default=True,
+@click.option("--warmup", "warmup_s", type=click.FloatRange(0), default=probe_default("warmup_s"), show_default=True,
               help="Requests due in the first S seconds are warm-up: recorded in OUT/warmup, left out of "
                    "the figures and the analysis.")
-@click.option("--ramp", "ramp_s", type=click.FloatRange(0), default=0.0, show_default=True,
+@click.option("--ramp", "ramp_s", type=click.FloatRange(0), default=probe_default("ramp_s"), show_default=True,
               help="With --rate: ramp the arrival rate linearly from 0 over the first S seconds.")
 @click.option("--slo", default=None, metavar="KEY=MS,...",
               help="Service-level objectives (ttft_ms, tpot_ms, itl_ms, e2e_ms; attainment=0.99): goodput, "
                    "attainment, and in a sweep the highest level that meets them.")
-@click.option("--burstiness", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True,
+@click.option("--burstiness", type=click.FloatRange(0, min_open=True), default=probe_default("burstiness"), show_default=True,
               help="With --rate: shape of the gamma-distributed gaps between arrivals (1 = Poisson, "
                    "as vLLM's; inf = evenly spaced; below 1 burstier).")
-@click.option("--prompt-tokens", type=click.IntRange(1), default=64, show_default=True,
+@click.option("--prompt-tokens", type=click.IntRange(1), default=probe_default("prompt_tokens"), show_default=True,
               help="Approximate prompt length: this many random common words (~1 token each).")
 @click.option("--prompt-file", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Prompts to send, one per line (cycled); replaces --prompt-tokens.")
@@ -134,17 +135,17 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
                    "one prompt per line (docs/workloads.md).")
 @click.option("--replay", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Replay a timestamped trace: vLLM timed-trace or Mooncake JSONL (docs/workloads.md).")
-@click.option("--time-scale", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True,
+@click.option("--time-scale", type=click.FloatRange(0, min_open=True), default=probe_default("time_scale"), show_default=True,
               help="With --replay: multiply the file's gaps by this (0.5 = twice as fast).")
 @click.option("--input-len", default=None, metavar="N[:STD]",
               help="Synthetic prompts of N tokens (normal with STD), exact with --tokenizer, else approximate.")
 @click.option("--output-len", default=None, metavar="N[:STD]",
               help="max_tokens per request drawn as N tokens (normal with STD); replaces --max-tokens.")
-@click.option("--prefix-len", type=click.IntRange(0), default=0, show_default=True,
+@click.option("--prefix-len", type=click.IntRange(0), default=probe_default("prefix_len"), show_default=True,
               help="Put one shared N-token prefix before every prompt (exercises prefix caches).")
-@click.option("--turns", type=click.IntRange(1), default=1, show_default=True,
+@click.option("--turns", type=click.IntRange(1), default=probe_default("turns"), show_default=True,
               help="Multi-turn: each request starts a conversation of K turns carrying its history (chat).")
-@click.option("--max-tokens", type=click.IntRange(1), default=32, show_default=True,
+@click.option("--max-tokens", type=click.IntRange(1), default=probe_default("max_tokens"), show_default=True,
               help="max_tokens of each request.")
 @click.option("--tokenizer", type=click.Path(path_type=Path), default=None,
               help="Local tokenizer (a model directory or tokenizer.json; never downloaded): prompt tokens "
@@ -156,12 +157,13 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
               help="Model name in the API, as the server serves it (default: the first from GET /v1/models).")
 @click.option("--api-key", envvar="OPENAI_API_KEY", default=None,
               help="Bearer token (default: $OPENAI_API_KEY).")
-@click.option("--timeout", type=click.FloatRange(0, min_open=True), default=120.0, show_default=True,
+@click.option("--timeout", type=click.FloatRange(0, min_open=True), default=probe_default("timeout_s"), show_default=True,
               help="Seconds one request may take before it counts as failed.")
 @click.option("--ignore-eos", is_flag=True, help="Ask for exactly --max-tokens (vLLM/SGLang's ignore_eos).")
 @click.option("--no-usage", is_flag=True,
               help="Do not send stream_options.include_usage nor include_metrics (old servers).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seeds prompts and arrival times.")
+@click.option("--seed", type=int, default=probe_default("seed"), show_default=True,
+              help="Seeds prompts and arrival times.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="Write the client trace here.")
 @click.option("--force", is_flag=True, help="Replace the trace in a non-empty output directory.")

@@ -30,7 +30,7 @@ from tracetool.errors import BadInput, UsageError
 from tracetool.untrusted import shown
 
 if TYPE_CHECKING:
-    from tracetool.serving.probe import ProbeResult
+    from tracetool.serving.probe_types import ProbeResult
 
 READY_PREFIX = "tracetool: serving "
 

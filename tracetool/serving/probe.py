@@ -35,8 +35,7 @@ import asyncio
 import json
 import time
 import uuid
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 from tracetool.errors import BadInput, UsageError
@@ -44,12 +43,12 @@ from tracetool.notices import say_once
 from tracetool.serving import probe_events, server_timings
 from tracetool.serving.probe_http import _error_message, _one_line, _read_capped, _rejected_field
 from tracetool.serving.probe_trace import ProbeTraces, probe_meta
+from tracetool.serving.probe_types import ProbeConfig, ProbeResult, RequestResult
 from tracetool.serving.schedule import (
     CPU_BOUND,
     LAG_LIMIT_MS,
     LAG_WARN_SHARE,
     LoopMonitor,
-    LoopStats,
     arrival_offsets,
     check_config,
     print_progress,
@@ -57,7 +56,7 @@ from tracetool.serving.schedule import (
 )
 from tracetool.serving.sse import MalformedStream, SSEParser, parse_server_timing
 from tracetool.serving.tokens import load_tokenizer
-from tracetool.serving.workloads import Job, Turn, WorkloadSpec, build_jobs, prompt_text
+from tracetool.serving.workloads import Job, Turn, build_jobs, prompt_text
 
 #: Most of an error body or model list read: enough for any message, bounded against endless bodies.
 MAX_BODY_BYTES = 1 << 20
@@ -70,125 +69,6 @@ def client_now() -> int:
     return time.perf_counter_ns() + _EPOCH0
 
 
-
-
-@dataclass
-class ProbeConfig:
-    """What to send. See ``tracetool probe --help`` for each option."""
-
-    url: str
-    #: requests (conversations with --turns); None: 16, or every prompt of --dataset / --replay
-    n: int | None = None
-    concurrency: int = 4
-    rate: float | None = None
-    #: shape of the gamma-distributed gaps between arrivals (1 = Poisson, inf = evenly spaced)
-    burstiness: float = 1.0
-    prompt_tokens: int = 64
-    prompt_file: Path | None = None
-    max_tokens: int = 32
-    chat: bool | None = None
-    model: str | None = None
-    api_key: str | None = None
-    timeout_s: float = 120.0
-    seed: int = 0
-    ignore_eos: bool = False
-    include_usage: bool = True
-    #: a local tokenizer (directory or tokenizer.json): prompt lengths where the server gives none
-    tokenizer: Path | None = None
-    #: the workload: a dataset, a replay, synthetic lengths (tracetool.serving.workloads)
-    dataset: Path | None = None
-    replay: Path | None = None
-    time_scale: float = 1.0
-    input_len: tuple[int, float] | None = None
-    output_len: tuple[int, float] | None = None
-    prefix_len: int = 0
-    turns: int = 1
-    #: the run's shape: how long (s), the warm-up excluded from the figures (s), the rate's ramp (s)
-    duration_s: float | None = None
-    warmup_s: float = 0.0
-    ramp_s: float = 0.0
-    out: Path | None = None
-    progress: bool = True
-    #: scrape the server's Prometheus metrics into the trace (a URL, or "auto": origin + /metrics)
-    metrics_url: str | None = None
-    metrics_interval_s: float = 1.0
-
-
-@dataclass
-class RequestResult:
-    """One request as the client saw it (client-clock nanoseconds)."""
-
-    index: int
-    request_id: str
-    prompt_chars: int
-    start_ns: int = 0
-    #: when the schedule said to send it (client clock); None in a closed-loop run (no schedule)
-    intended_ns: int | None = None
-    #: when the probe's loop got round to it (client clock): past intended_ns by the loop's lateness;
-    #: from here to start_ns it waited for a concurrency slot
-    dispatched_ns: int | None = None
-    end_ns: int = 0
-    last_chunk_ns: int = 0
-    token_ns: list[int] = field(default_factory=list)
-    output_tokens: int | None = None
-    prompt_tokens: int | None = None
-    #: prompt tokens the server served from its prefix cache (usage.prompt_tokens_details)
-    cached_prompt_tokens: int | None = None
-    #: reasoning tokens as the server's usage reports them (completion_tokens_details)
-    reasoning_tokens: int | None = None
-    #: chunks that carried reasoning_content (or reasoning): tokens, counted apart
-    reasoning_chunks: int = 0
-    #: the prompt's length by --tokenizer, for servers whose usage gives none
-    local_prompt_tokens: int | None = None
-    #: due within --warmup: recorded in OUT/warmup, left out of the report and the analysis
-    warmup: bool = False
-    #: keep the answer's text (a turn whose answer the next turn carries as history)
-    keep_text: bool = False
-    text: list[str] = field(default_factory=list)
-    http_status: int | None = None
-    error: str | None = None
-    connect: tuple[int, int] | None = None
-    tls: tuple[int, int] | None = None
-    server_timing: dict[str, float] | None = None
-    #: where the server's timings came from (server_timings.SOURCE_*), in the order seen
-    timing_sources: list[str] = field(default_factory=list)
-    #: token counts from the server's timings (llama.cpp), used where usage gave none
-    reported_prompt_tokens: int | None = None
-    reported_output_tokens: int | None = None
-    finish_reason: str | None = None
-    done: bool = False
-    reached: bool = False
-    unreachable: bool = False
-    #: a first attempt that failed on a pooled connection closed before any response byte:
-    #: (start, end) on the client clock, and why; the request was then sent again on a new connection
-    retry: tuple[int, int, str] | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    def fail(self, message: str) -> None:
-        if self.error is None:
-            self.error = message[:500]
-
-
-@dataclass
-class ProbeResult:
-    config: ProbeConfig
-    base_url: str
-    model: str
-    chat: bool
-    results: list[RequestResult]
-    wall_s: float
-    out: Path | None
-    #: the TCP handshake of the model-list request (client clock): with keep-alive, the first
-    #: request reuses that connection, so at concurrency 1 it is the run's only RTT sample
-    setup_connect: tuple[int, int] | None = None
-    #: the probe's own health: event-loop lag and CPU (None when not monitored)
-    loop: LoopStats | None = None
-    cpu_share: float | None = None
-    #: what was sent: source, file, lengths (exact by a tokenizer, or approximate), as in meta.json
-    workload: dict[str, Any] | None = None
 
 
 def normalize_url(url: str, chat: bool | None) -> tuple[str, bool]:
@@ -236,11 +116,7 @@ class Prober:
         self.monitor = LoopMonitor(client_now, on_window=self._on_loop_window)
         self.tokenizer = load_tokenizer(cfg.tokenizer)
         #: every file is read and checked here, before anything is sent
-        self.spec = WorkloadSpec(
-            n=cfg.n, prompt_tokens=cfg.prompt_tokens, prompt_file=cfg.prompt_file, dataset=cfg.dataset,
-            replay=cfg.replay, time_scale=cfg.time_scale, input_len=cfg.input_len, output_len=cfg.output_len,
-            prefix_len=cfg.prefix_len, turns=cfg.turns, seed=cfg.seed)
-        self.jobs = build_jobs(self.spec, self.tokenizer)
+        self.jobs = build_jobs(cfg, self.tokenizer)  # a ProbeConfig is its own WorkloadSpec
         self.total = sum(len(j.turns) for j in self.jobs)
         self.next_index = self.next_job = 0
         self.t0_ns = client_now()
@@ -324,8 +200,8 @@ class Prober:
     def _job(self, i: int) -> Job:
         """Job ``i``, building more (seeded on) when a --duration run outlasts the ones built."""
         while i >= len(self.jobs):
-            self.jobs.extend(build_jobs(replace(self.spec, n=max(64, self.cfg.concurrency * 4),
-                                                seed=self.spec.seed + len(self.jobs)), self.tokenizer))
+            self.jobs.extend(build_jobs(replace(self.cfg, n=max(64, self.cfg.concurrency * 4),
+                                                seed=self.cfg.seed + len(self.jobs)), self.tokenizer))
         return self.jobs[i]
 
     def _take(self, job: Job) -> int:

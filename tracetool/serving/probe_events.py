@@ -30,7 +30,7 @@ from tracetool.serving import server_timings
 from tracetool.serving.sse import MalformedStream
 
 if TYPE_CHECKING:
-    from tracetool.serving.probe import RequestResult
+    from tracetool.serving.probe_types import RequestResult
 
 #: finish_reason values with which a server says it did not finish the answer (vLLM: abort).
 FAILED_FINISH = frozenset({"abort", "error", "cancelled"})

@@ -6,7 +6,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tracetool.serving.probe import RequestResult
+    from tracetool.serving.probe_types import RequestResult
 
 
 async def _read_capped(resp: Any, limit: int) -> bytes:

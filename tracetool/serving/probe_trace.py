@@ -15,7 +15,7 @@ from tracetool.schema import PHASES_BEFORE_FIRST_TOKEN, PHASES_FROM_FIRST_TOKEN
 from tracetool.serving.workloads import length_basis
 
 if TYPE_CHECKING:
-    from tracetool.serving.probe import RequestResult
+    from tracetool.serving.probe_types import RequestResult
 
 #: Where the warm-up requests' own trace goes, inside the run's trace directory.
 WARMUP_DIR = "warmup"

@@ -11,7 +11,7 @@ from collections import Counter
 from typing import Any
 
 from tracetool.serving.metrics import Timing, format_table, latency_metrics, stats
-from tracetool.serving.probe import ProbeResult
+from tracetool.serving.probe_types import ProbeResult
 from tracetool.serving.schedule import (
     CLIENT_QUEUE_SHARE,
     CLIENT_RATE_RATIO,
