@@ -28,7 +28,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from tracetool.dataset import Dataset, Member, discover, group_keys, groups, open_members
 from tracetool.errors import BadInput
@@ -76,6 +76,34 @@ class TraceSource(Protocol):
         """Release files, sockets and threads; the source is not used afterwards."""
         ...
 
+    @property
+    def warnings(self) -> list[str]:
+        """What the viewer should say once: reader warnings, traces set aside (empty: none)."""
+        ...
+
+    def reload(self) -> Any:
+        """Read the traces again (``r``); a source that reads nothing ahead does nothing."""
+        ...
+
+    def cycle_window(self) -> str | None:
+        """Move to the next sliding window (``w``) and describe it; None: the source has no window."""
+        ...
+
+
+class SourceDefaults:
+    """The answers of a source that has none of its own: no warnings, nothing to re-read, no
+    sliding window. Sources inherit it for the members of :class:`TraceSource` they do not need."""
+
+    @property
+    def warnings(self) -> list[str]:
+        return []
+
+    def reload(self) -> Any:
+        return None
+
+    def cycle_window(self) -> str | None:
+        return None
+
 
 @runtime_checkable
 class GroupedSource(Protocol):
@@ -98,6 +126,11 @@ class GroupedSource(Protocol):
         """The header's words for a group (None: every trace), ``server=a · 3 traces``."""
         ...
 
+    @property
+    def group_by(self) -> list[str]:
+        """The keys the traces are grouped by."""
+        ...
+
 
 @dataclass(frozen=True)
 class TraceGroup:
@@ -115,7 +148,7 @@ class TraceGroup:
     labels: tuple[str, ...]
 
 
-class DirectorySource:
+class DirectorySource(SourceDefaults):
     """Trace directories, or datasets (directory trees of traces), read from disk.
 
     The traces are opened on the first :meth:`snapshot` (or :meth:`open`) and kept:

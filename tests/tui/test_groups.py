@@ -19,7 +19,7 @@ from tui_traces import bad_trace, two_servers
 from tests.conftest import run_tracetool
 from tracetool.errors import BadInput, UsageError
 from tracetool.reader import Trace
-from tracetool.trace_source import DirectorySource, GroupedSource
+from tracetool.trace_source import DirectorySource, GroupedSource, SourceDefaults
 from tracetool.tui.app import TraceApp
 from tracetool.tui.model import ALL, AnalysisOptions, View, analyse
 from tracetool.tui.screens.groups import GroupScreen
@@ -209,7 +209,7 @@ async def test_an_unreadable_trace_is_a_notice_not_a_crash(tmp_path: Path) -> No
     assert app.return_code == 0
 
 
-class TwoServers:
+class TwoServers(SourceDefaults):
     """A test double of a live source (tests only): two servers' windows, chat and xregion."""
 
     live = True

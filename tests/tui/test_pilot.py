@@ -18,7 +18,7 @@ from tui_traces import empty_trace
 
 from tracetool.errors import BadInput
 from tracetool.reader import Trace
-from tracetool.trace_source import DirectorySource
+from tracetool.trace_source import DirectorySource, SourceDefaults
 from tracetool.tui.app import TraceApp
 from tracetool.tui.model import AnalysisOptions, analyse
 from tracetool.tui.screens.decode import DecodeScreen
@@ -286,7 +286,7 @@ async def test_reload_failure_keeps_the_last_analysis(chat: Path, tmp_path: Path
         assert app.error_line == "" and app.snapshot.generation > before.generation
 
 
-class LiveDouble:
+class LiveDouble(SourceDefaults):
     """A test double of a live source (tests only): the chat trace as its 'window', a status
     that alternates like a flaky server, and a count of snapshots taken at once."""
 

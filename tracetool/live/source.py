@@ -23,12 +23,13 @@ from tracetool.live.client import CONNECTED, REFUSED, ClientOptions, ServerConne
 from tracetool.live.protocol import Address, parse_address
 from tracetool.live.window import ServerWindow, WindowSpec
 from tracetool.reader import Trace
+from tracetool.trace_source import SourceDefaults
 
 #: What ``w`` in the viewer cycles through (seconds; None = requests only / everything kept).
 WINDOW_STEPS: tuple[float | None, ...] = (10.0, 30.0, 60.0, 300.0)
 
 
-class LiveSource:
+class LiveSource(SourceDefaults):
     """Live servers, their sliding windows and connection states.
 
     Args:

@@ -211,9 +211,7 @@ class TraceApp(App[int]):
         worker = get_current_worker()
         try:
             if reload:
-                again = getattr(self.source, "reload", None)
-                if callable(again):
-                    again()
+                self.source.reload()
             only = (self.selected or ALL) if self.source.live else None
             snap = analyse(self.source, self.options, generation, only=only, sessions=self._sessions, group=group)
         except TracetoolError as e:
@@ -228,7 +226,7 @@ class TraceApp(App[int]):
     def _say_warnings(self) -> None:
         """A dataset's traces set aside as unreadable, and readers' warnings: each said once, in a
         notice (as ``analyze`` says them on stderr); the status line keeps the count."""
-        for w in getattr(self.source, "warnings", None) or []:
+        for w in self.source.warnings:
             if w not in self._warned:
                 self._warned.add(w)
                 self.notify(fmt.text(w), title="warning", severity="warning", timeout=10, markup=False)
@@ -317,7 +315,7 @@ class TraceApp(App[int]):
         if not self._group_choices() or isinstance(self.screen, GroupScreen):
             return
         if isinstance(self.source, GroupedSource):
-            current, by = self.group or ALL, getattr(self.source, "group_by", [])
+            current, by = self.group or ALL, self.source.group_by
         else:
             current, by = self.selected or ALL, ["server"]
         self.push_screen(GroupScreen(self.group_rows(), current, by), self._group_picked)
@@ -367,16 +365,16 @@ class TraceApp(App[int]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "window":  # sliding-window control: shown for live sources only
-            return callable(getattr(self.source, "cycle_window", None))
+            return self.source.live
         if action == "pick_group":  # a dataset with key=value folders, or several live servers
             return self._group_choices()
         return super().check_action(action, parameters)
 
     def action_window(self) -> None:
         """Next sliding window of a live source (``tracetool attach``: 10 s, 30 s, 1 min, 5 min)."""
-        cycle = getattr(self.source, "cycle_window", None)
-        if callable(cycle):
-            self.notify(f"window: {cycle()}", timeout=2)
+        described = self.source.cycle_window()
+        if described is not None:
+            self.notify(f"window: {described}", timeout=2)
             self.status_line = _status(self.source)
             self.request_analysis()
 
