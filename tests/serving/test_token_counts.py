@@ -89,3 +89,16 @@ def test_which_chunks_are_tokens(delta: dict[str, Any], kind: str | None) -> Non
     r = RequestResult(0, "r", 1)
     probe_events.on_event(r, json.dumps({"choices": [{"index": 0, "delta": delta}]}), 5)
     assert (len(r.token_ns), r.reasoning_chunks) == ((0, 0) if kind is None else (1, int(kind == "reasoning")))
+
+
+def test_a_new_attempt_keeps_who_the_request_is_and_when_it_was_due() -> None:
+    # a warm-up request sent again stays a warm-up request (it is left out of the figures)
+    r = RequestResult(3, "rid", 40, intended_ns=5, dispatched_ns=6, local_prompt_tokens=9, keep_text=True, warmup=True)
+    r.start_ns, r.error, r.token_ns = 7, "connection closed before the response", [8]
+    again = r.new_attempt()
+    assert (again.index, again.request_id, again.prompt_chars, again.intended_ns, again.dispatched_ns,
+            again.local_prompt_tokens, again.keep_text, again.warmup) == (3, "rid", 40, 5, 6, 9, True, True)
+    assert (again.start_ns, again.error, again.token_ns) == (0, None, [])
+    again.token_ns.append(11)
+    r.become(again)
+    assert r.token_ns == [11] and r.error is None and r.warmup

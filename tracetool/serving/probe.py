@@ -374,25 +374,21 @@ class Prober:
         The first attempt is kept in ``retry``; whatever the second attempt gets is the outcome."""
         import httpx
 
-        fresh = RequestResult(r.index, r.request_id, r.prompt_chars, intended_ns=r.intended_ns,
-                              dispatched_ns=r.dispatched_ns, local_prompt_tokens=r.local_prompt_tokens,
-                              keep_text=r.keep_text)
+        fresh = r.new_attempt()
         fresh.retry = (r.start_ns, r.end_ns, r.error or "connection closed before the response")
         one = httpx.Limits(max_connections=1, max_keepalive_connections=0)
         async with httpx.AsyncClient(limits=one, **self._client_args) as client:
             await self._request(client, fresh, prompt, model)
         if fresh.error is not None:
             fresh.error = (fresh.error + " (sent again on a new connection)")[:500]
-        r.__dict__.update(fresh.__dict__)
+        r.become(fresh)
 
     async def _again(self, client: Any, r: RequestResult, prompt: Turn, model: str) -> None:
         """Send request ``r`` once more as a fresh result, keeping its id and index."""
-        fresh = RequestResult(r.index, r.request_id, r.prompt_chars, intended_ns=r.intended_ns,
-                              dispatched_ns=r.dispatched_ns, local_prompt_tokens=r.local_prompt_tokens,
-                              keep_text=r.keep_text)
+        fresh = r.new_attempt()
         await self._request(client, fresh, prompt, model)
         fresh.retry = fresh.retry or r.retry
-        r.__dict__.update(fresh.__dict__)
+        r.become(fresh)
 
     async def _stream(self, client: Any, url: str, r: RequestResult, body: dict[str, Any],
                       headers: dict[str, str], trace: Any) -> None:

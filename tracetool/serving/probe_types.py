@@ -9,7 +9,7 @@ here; ``tracetool probe``'s options read them with :func:`default`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -112,6 +112,19 @@ class RequestResult:
     def fail(self, message: str) -> None:
         if self.error is None:
             self.error = message[:500]
+
+    def new_attempt(self) -> RequestResult:
+        """A result for sending this request again: who it is and when it was due (its schedule,
+        its warm-up flag), nothing the last attempt saw."""
+        return RequestResult(self.index, self.request_id, self.prompt_chars, intended_ns=self.intended_ns,
+                             dispatched_ns=self.dispatched_ns, local_prompt_tokens=self.local_prompt_tokens,
+                             keep_text=self.keep_text, warmup=self.warmup)
+
+    def become(self, attempt: RequestResult) -> None:
+        """Take every field of ``attempt`` (the request's outcome is its last attempt's), in place:
+        the run's list of results keeps this object."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(attempt, f.name))
 
 
 @dataclass
