@@ -1,4 +1,4 @@
-"""Client-only evidence on the network (issue 24.5) and what the findings say of one-sided traces (30.6).
+"""Client-only evidence on the network and what the findings say of one-sided traces.
 
 Tiny inline traces written with pyarrow, as tracetool probe writes them: client.request spans,
 client.connect handshakes, tokens with client receipt times, and (for llama.cpp-like servers)
@@ -78,7 +78,7 @@ def test_the_network_claim_on_the_bound(e2e_ms: float, rtt_ms: float, trips: flo
 
 
 def test_client_only_wording_says_what_is_measured_and_the_next_step(tmp_path: Path) -> None:
-    """Issue 30.6: on a probe trace, no "record the client side (tracetool probe)", no "no component holds -"."""
+    """On a probe trace, no "record the client side (tracetool probe)", no "no component holds -"."""
     a = analyzers.analyze(client_trace(tmp_path / "t", e2e_ms=300, rtt_ms=[0.5], out_tokens=3))
     text = detail(a, "network-unmeasured")
     assert text is not None and "tracetool probe" not in text

@@ -167,7 +167,7 @@ def test_requests_beyond_the_slots_wait_and_the_engine_metrics_say_so(overloaded
 
 
 def test_the_headline_does_not_blame_decode_when_requests_waited_longer(overloaded: Overloaded) -> None:
-    """Found by this tier (not one of issue 37's faults): llama.cpp reports prefill and decode but no
+    """Found by this tier: llama.cpp reports prefill and decode but no
     queue and no total, so the wait for a slot is in no component; the analysis then names the
     largest measured component the bottleneck ("decode is the bottleneck: 26.5 % of e2e", finding
     decode-dominant) beside its own engine-queueing finding, while the requests waited longer than

@@ -16,7 +16,7 @@ What a user checks after the four commands, on a real engine with ``--max-num-se
   plus the API server's own work: network is the round trip the probe's handshakes measured, the
   rest the frontend, never all network; the merged trace keeps the probe's engine metrics; the
   text report says what the engine's histograms fill in; and no percentile from buckets exceeds
-  what the histogram's sum and count allow (issue 37, points 2-5, as the first real vLLM showed them).
+  what the histogram's sum and count allow (as the first real vLLM showed them).
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ def test_a_broken_model_list_is_one_line_and_exit_3(models: str, expect: str, cl
 
 
 def test_a_pooled_connection_closed_before_any_byte_is_retried_once(cli: Any, tmp_path: Path) -> None:
-    """Issue 30.4: llama-server closes a connection after each stream; the next request on that pooled
+    """llama-server closes a connection after each stream; the next request on that pooled
     connection got "Server disconnected without sending a response" and the server never saw it."""
     with HostileServer("pooled-close") as srv:
         r = cli("probe", srv.url, "-n", 4, "--concurrency", 1, "--timeout", 5, "-q", "-o", tmp_path / "t")

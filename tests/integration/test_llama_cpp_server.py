@@ -1,6 +1,6 @@
 """tracetool probe + analyze against the real llama-cpp-python server with the real SmolLM2-135M-Instruct.
 
-What issue 24 saw by hand, kept as a test: at concurrency 3 the server
+Seen by hand once, kept as a test: at concurrency 3 the server
 interrupts running streams when a new request arrives (a role chunk, then
 [DONE]); those must be errors, never fast "ok" answers. At concurrency 1
 every answer is whole and TTFT/ITL are those of a 135M model on a CPU.

@@ -1,4 +1,4 @@
-"""``tracetool diff A B`` (issue 27.5): which components moved, by how much, with the gate's intervals.
+"""``tracetool diff A B``: which components moved, by how much, with the gate's intervals.
 
 A and B are the same workload (30 requests, inline traces from tests/analyzers/analyzer_scenarios.py)
 except that B waits ~190 ms longer in the server's queue: the diff must name queue as ``top``, give

@@ -1,4 +1,4 @@
-"""SLOs in analyze, report and the budget file (issue 27.4): goodput and attainment, gated.
+"""SLOs in analyze, report and the budget file: goodput and attainment, gated.
 
 The trace is a real probe run against a uvicorn server (tests/serving/recording_double.py); the
 SLOs are set far above or below what any request can take, so the verdicts cannot flap.

@@ -1,4 +1,4 @@
-"""Broken streams are failures (issue 24.6): empty, unfinished, error-carrying or cut streams never count ok.
+"""Broken streams are failures: empty, unfinished, error-carrying or cut streams never count ok.
 
 The servers are uvicorn apps streaming what real servers send (tests/serving/openai_doubles.py);
 the probe is run as a user runs it, and its trace goes through ``tracetool analyze``.

@@ -1,4 +1,4 @@
-"""Latency from the intended send time (issue 27.1): a request's wait in the load client is latency.
+"""Latency from the intended send time: a request's wait in the load client is latency.
 
 A serial server (one request at a time, each taking SERVICE_S) is driven at
 ``--rate 20 --concurrency 1`` with evenly spaced arrivals (``--burstiness inf``):

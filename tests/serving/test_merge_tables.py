@@ -1,4 +1,4 @@
-"""merge keeps every table of both sides (issue 37, point 3): a probe's scraped engine metrics
+"""merge keeps every table of both sides: a probe's scraped engine metrics
 survive the join and give the same ``engine`` object as the client trace alone; what cannot be
 kept is said in meta.json's notes and in merge's report."""
 

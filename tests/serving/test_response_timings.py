@@ -1,4 +1,4 @@
-"""Timings in the response (issue 24.4): `probe` alone gives prefill and decode for servers that report them.
+"""Timings in the response: `probe` alone gives prefill and decode for servers that report them.
 
 llama.cpp's ``llama-server`` puts a ``timings`` object on its last chunk; vLLM
 with ``--enable-per-request-metrics`` puts ``metrics`` on its usage chunk when

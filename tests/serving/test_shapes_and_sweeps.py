@@ -1,4 +1,4 @@
-"""Run shapes, sweeps and SLOs (issue 27.3 and 27.4) against a real uvicorn server.
+"""Run shapes, sweeps and SLOs against a real uvicorn server.
 
 --duration bounds a scheduled run by its arrivals; --warmup requests go to OUT/warmup and out of the
 figures and the analysis; a sweep writes one valid trace per level and says where the time moved;

@@ -1,4 +1,4 @@
-"""Token counts right (issue 27.6): the server's usage first, --tokenizer otherwise; cached prompt
+"""Token counts right: the server's usage first, --tokenizer otherwise; cached prompt
 tokens from prompt_tokens_details; content chunks only; reasoning tokens kept apart.
 
 The server is a uvicorn app streaming as vLLM does (tests/serving/recording_double.py): a role chunk

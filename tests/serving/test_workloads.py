@@ -1,4 +1,4 @@
-"""Workloads round-trip (issue 27.2): the prompts the server receives are the prompts in the file.
+"""Workloads round-trip: the prompts the server receives are the prompts in the file.
 
 Each format's fixture in tests/serving/data/ (the examples of docs/workloads.md) is probed against a
 uvicorn server that keeps every request body (tests/serving/recording_double.py), at concurrency 1 so
