@@ -138,7 +138,9 @@ r AS (
         CASE WHEN client_ns IS NOT NULL AND first_recv_ns IS NOT NULL THEN 'client'
              WHEN first_emit_ns IS NOT NULL AND coalesce(server_start_ns, first_server_ns) IS NOT NULL
              THEN 'server' END AS ttft_source,
-        coalesce(output_tokens, info_output) AS _out,
+        -- the requests table's count first: a client's token rows are content chunks, and a chunk
+        -- may hold several tokens; the server's usage (written there) counts tokens
+        coalesce(info_output, output_tokens) AS _out,
         -- the client's time beyond what the server says it spent (see the header)
         CASE WHEN client_ns IS NULL THEN NULL
              WHEN engine_scope AND server_ns IS NOT NULL THEN client_ns - server_ns
@@ -232,7 +234,7 @@ UNION ALL SELECT trace, request_id, ok, e2e_ms, 10, other_ms FROM _attribution_b
 -- @column ttft_source: 'client' or 'server': the clock TTFT (and TPOT) was measured on.
 -- @column tpot_ms: Time per output token after the first, milliseconds: (e2e - TTFT) / (output_tokens - 1).
 -- @column itl_mean_ms: Mean inter-token latency of the request, milliseconds (client-side when every token has client_recv_ns).
--- @column output_tokens: Tokens generated (token rows, else requests.output_tokens).
+-- @column output_tokens: Tokens generated (requests.output_tokens, else token rows).
 -- @column prompt_tokens: Prompt length, tokens (requests.prompt_tokens; null when not recorded).
 -- @column decode_tok_s: Per-request decode rate, tokens per second: 1000 / tpot_ms.
 -- @column start_ns: Server clock, nanoseconds: when the request started on the server (for timelines).

@@ -123,3 +123,13 @@ def test_existing_output_needs_force(cli, tmp_path: Path, force: bool) -> None:
     else:
         assert r.code == 2 and "--force" in r.err
         assert open_trace(out).table("requests").num_rows == 8
+
+
+def test_analyze_gives_the_files_own_tpot(cli, tmp_path: Path) -> None:
+    # TPOT divides by the output tokens the file counts, not by the chunks it streamed (a chunk may
+    # hold several tokens): the analysis equals vLLM's own mean and median TPOT
+    src = json.loads((FIX / "vllm_bench_serve.json").read_text())
+    _, out = _import(cli, tmp_path, "vllm_bench_serve.json")
+    doc = json.loads(cli("analyze", out, "--json").out)
+    assert doc["tpot_ms"]["mean"] == pytest.approx(src["mean_tpot_ms"], rel=1e-6)
+    assert doc["tpot_ms"]["p50"] == pytest.approx(src["median_tpot_ms"], rel=1e-6)

@@ -3,11 +3,14 @@
 Per successful streamed request, on the client's clock:
 
 * **TTFT** = receipt of the first chunk carrying content − request start.
-* **e2e** = receipt of the last data event − request start (vLLM's ``latency``,
-  AIPerf's ``request_latency``).
+* **e2e** = the end of the response (the stream closed after its last event) −
+  request start: the trace's ``client.request`` span, so ``analyze`` of the trace
+  gives the same figure (vLLM's ``latency`` and AIPerf's ``request_latency`` stop
+  at the last content chunk, a fraction of a millisecond earlier).
 * **TPOT** = (e2e − TTFT) / (output_tokens − 1), for requests with more than
   one output token; ``output_tokens`` is the server's ``usage.completion_tokens``
-  when it sent one, else the number of content chunks. AIPerf and GenAI-Perf
+  when it sent one, else the count its timings gave (llama.cpp), else the number
+  of content chunks (the trace's ``requests.output_tokens``). AIPerf and GenAI-Perf
   call this number **inter-token latency**.
 * **ITL** (vLLM's definition) = the gaps between successive content chunks,
   pooled over all requests. When a chunk holds several tokens, a chunk gap is

@@ -108,9 +108,7 @@ def write_request(rec: Any, r: RequestResult) -> None:
     for i, t in enumerate(r.token_ns):
         kv = prompt + i if prompt is not None else None
         rec.token(i, kv, t - one_way, client_recv_ns=t, request_id=rid)
-    outputs = r.output_tokens if r.output_tokens is not None else r.reported_output_tokens
-    if outputs is None and r.reached:
-        outputs = len(r.token_ns)
+    outputs = r.counted_output_tokens
     rec.request_info(rid, prompt_tokens=prompt, output_tokens=outputs,
                      status="ok" if r.ok else "error", error=r.error, prompt_chars=r.prompt_chars,
                      cached_prompt_tokens=r.cached_prompt_tokens, reasoning_tokens=reasoning_tokens(r))

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from tracetool.serving.workloads import WorkloadSpec
 
-if TYPE_CHECKING:  # the event loop's module, kept off the command line's start-up
+if TYPE_CHECKING:  # the event loop's module and numpy's, kept off the command line's start-up
+    from tracetool.serving.metrics import Timing
     from tracetool.serving.schedule import LoopStats
 
 
@@ -112,6 +113,26 @@ class RequestResult:
     def fail(self, message: str) -> None:
         if self.error is None:
             self.error = message[:500]
+
+    @property
+    def counted_output_tokens(self) -> int | None:
+        """The request's output tokens as the trace records them and TPOT divides by: the server's
+        usage, else the count its timings gave (llama.cpp), else the content chunks received."""
+        if self.output_tokens is not None:
+            return self.output_tokens
+        if self.reported_output_tokens is not None:
+            return self.reported_output_tokens
+        return len(self.token_ns) if self.reached else None
+
+    @property
+    def timing(self) -> Timing:
+        """What the client saw, for the latency figures: from the intended send time where the run had
+        a schedule, to the end of the response, as the trace's client.queue and client.request spans
+        (``analyze`` computes the same figures from those)."""
+        from tracetool.serving.metrics import Timing
+
+        return Timing(self.intended_ns if self.intended_ns is not None else self.start_ns, self.token_ns,
+                      max(self.end_ns, self.start_ns), self.counted_output_tokens)
 
     def new_attempt(self) -> RequestResult:
         """A result for sending this request again: who it is and when it was due (its schedule,

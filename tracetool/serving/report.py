@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from tracetool.serving.metrics import Timing, format_table, latency_metrics, stats
+from tracetool.serving.metrics import format_table, latency_metrics, stats
 from tracetool.serving.probe_types import ProbeResult
 from tracetool.serving.schedule import (
     CLIENT_QUEUE_SHARE,
@@ -35,8 +35,7 @@ def probe_report(result: ProbeResult, slo: SLO | None = None) -> dict[str, Any]:
     rs = [r for r in result.results if not r.warmup]  # warm-up requests: recorded apart, not measured
     ok = [r for r in rs if r.ok]
     # latency counts from the intended send time where the run had a schedule (client_queue included)
-    timings = [Timing(r.intended_ns if r.intended_ns is not None else r.start_ns, r.token_ns,
-                      r.last_chunk_ns or r.end_ns, r.output_tokens) for r in ok]
+    timings = [r.timing for r in ok]
     metrics: dict[str, Any] = latency_metrics(timings)
     net = [(r.end_ns - r.start_ns) / 1e6 - r.server_timing["server"] for r in ok
            if r.server_timing and "server" in r.server_timing]
@@ -84,8 +83,7 @@ def _slo_rows(rs: list[Any]) -> list[dict[str, Any]]:
         if not r.ok:
             rows.append({"ok": False})
             continue
-        t = Timing(r.intended_ns if r.intended_ns is not None else r.start_ns, r.token_ns,
-                   r.last_chunk_ns or r.end_ns, r.output_tokens)
+        t = r.timing
         ttft = t.ttft_ns / 1e6 if t.ttft_ns is not None else None
         e2e = t.e2e_ns / 1e6
         n = len(r.token_ns)
