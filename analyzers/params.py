@@ -84,6 +84,24 @@ class Thresholds:
     client_rate_ratio: float = 0.9
     #: Time waiting in the load client (client_queue) at or above this share of e2e: client-bound.
     client_queue_share: float = 0.10
+    # -- the tail (module tail: the requests above p95 and p99 against the p40-p60 band) --
+    #: Fewest requests above p99 (else above p95) to say what the tail has in common: below it no cause is named.
+    tail_min_requests: float = 5
+    #: A component (or decode part) holding at least this share of the gap between the tail's mean and the
+    #: typical requests' mean is where the tail's extra time went.
+    tail_component_share: float = 0.5
+    #: Cliff's delta of a feature (tail against typical requests, -1..1) at least this far from 0: the feature
+    #: separates the tail (0.474 is Romano et al.'s "large").
+    tail_effect_size: float = 0.474
+    #: ... and its Mann-Whitney p-value, Bonferroni-adjusted over the features compared, below this.
+    tail_significance: float = 0.01
+    #: A numeric feature's tail mean at least this many times the typical mean (or a binary feature's share in
+    #: the tail at least this many times the typical share) for the findings that name a size (long prompts,
+    #: long outputs).
+    tail_ratio: float = 2
+    #: ITL gaps the ITL tail keeps at most: beyond, a deterministic 1-in-N sample of the gaps (N the smallest
+    #: that keeps at most this many decode tokens).
+    tail_itl_sample: float = 100_000
     # -- engine metrics (module engine: a server's scraped /metrics) --
     #: Requests waiting at one scrape at or above this: the engine queued requests.
     engine_waiting_requests: float = 1
