@@ -25,7 +25,8 @@ from typing import Any
 
 #: Run order: each module may use the objects of the modules before it.
 MODULES = ("tokens", "attribution", "latency", "steps", "decode", "roofline", "host", "gpu",
-           "stacks", "network", "summary", "engine", "findings", "claims")
+           "stacks", "network", "summary", "engine", "tail", "tail_findings",
+           "findings", "claims")
 
 _OBJECT_RE = re.compile(r"^--\s*@(view|table)\s+([a-z_][a-z0-9_]*)\s*$")
 _COLUMN_RE = re.compile(r"^--\s*@column\s+([a-z_][a-z0-9_]*)\s*:\s*(.+?)\s*$")

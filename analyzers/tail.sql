@@ -1,0 +1,514 @@
+-- Module tail: the requests above p95 and above p99 against the typical ones (p40 to p60) for
+-- TTFT, e2e and TPOT, and the slowest ITL gaps against typical gaps (docs/domain.md §8): which
+-- components make up the difference, and what the tail requests have in common.
+--
+-- Components per metric: e2e has the eleven of the attribution rule; TTFT those a request passes
+-- before its first token (client_queue to prefill; network and frontend whole, as their parts after
+-- the first token cannot be told apart); TPOT and ITL the parts of the step accounting (module
+-- steps: own step, co-scheduled prefill, other decode, engine gap, no step; per decode token for
+-- TPOT, per gap for ITL, where an ITL measured on the client adds client_side, the client's gap
+-- beyond the server's). A group's component is its mean per member, a member that did not measure
+-- it counting 0; a component no request measured is not measured (null), never 0. What the measured
+-- components leave of the metric is `unattributed`, so the differences add up to the gap.
+--
+-- Features are what the trace holds about each request (tail_requests); each is compared between
+-- the tail and the typical requests with the ratio of means, the medians, Cliff's delta
+-- (P(tail > typical) - P(tail < typical)) and a Mann-Whitney p-value (normal approximation with
+-- ties, Bonferroni-adjusted over the features compared), with the group sizes.
+--
+-- ITL gaps come from the sample of the one ordered pass (tokens._tokens_gap_pass): every gap up to
+-- tail_itl_sample decode tokens, a deterministic 1-in-N sample beyond.
+
+-- The components of each metric, in order; 99 is what they leave (the one list of decode parts).
+CREATE OR REPLACE TEMP TABLE _tail_parts AS
+SELECT 'e2e' AS metric, ordinal, component FROM _attribution_components
+UNION ALL
+SELECT 'ttft', ordinal, component FROM _attribution_components
+WHERE ordinal <= (SELECT ordinal FROM _attribution_components WHERE component = 'prefill')
+UNION ALL
+SELECT m.metric, p.ordinal, p.component
+FROM (VALUES ('tpot'), ('itl')) AS m(metric),
+    (VALUES (0, 'own_step'), (1, 'prefill'), (2, 'other_decode'), (3, 'engine_gap'), (4, 'no_step')) AS p(ordinal, component)
+UNION ALL SELECT 'itl', 5, 'client_side'
+UNION ALL SELECT m.metric, 99, 'unattributed' FROM (VALUES ('e2e'), ('ttft'), ('tpot'), ('itl')) AS m(metric);
+
+-- @table tail_requests
+-- One row per successful request with an e2e: TTFT, e2e and TPOT, its decode time per token split as
+-- the step accounting splits it, and the features the tail is compared on (null = not measured).
+-- @column trace: Trace label.
+-- @column request_id: Request id.
+-- @column request_key: Integer key of the request's tokens; null without tokens.
+-- @column ttft_ms: Time to first token, milliseconds.
+-- @column e2e_ms: End-to-end latency, milliseconds.
+-- @column tpot_ms: Time per output token after the first, milliseconds.
+-- @column own_step_ms: Per decode token, its own forward passes less the stretch of those that also prefilled, milliseconds; null without step times.
+-- @column prefill_ms: Per decode token, co-scheduled prefill: waits through other requests' prefill iterations plus the stretch of its own passes that prefilled, milliseconds; null without step times.
+-- @column other_decode_ms: Per decode token, waits through other iterations without prefill, milliseconds; null without step times.
+-- @column engine_gap_ms: Per decode token, time in no iteration (host and scheduler), milliseconds; null without step times.
+-- @column no_step_ms: Per decode token, time preempted (no step while the engine kept stepping), milliseconds; null without step times.
+-- @column arrival_clock: 'client' (the request has client.request) or 'server': the clock of arrival_ns.
+-- @column arrival_ns: Arrival, nanoseconds on arrival_clock: the intended send time (client.queue start), else client.request start, else the server start.
+-- @column prompt_tokens: Feature: prompt length, tokens.
+-- @column output_tokens: Feature: tokens generated (count).
+-- @column arrival_s: Feature: arrival, seconds after the first arrival of its trace on that clock.
+-- @column arrivals_1s: Feature: other requests of its trace that arrived in the second before it, itself excluded (count).
+-- @column in_flight: Feature: other successful requests of its trace in flight (arrived, not finished) when it arrived (count).
+-- @column engine_waiting: Feature: requests the engine had waiting at its last scrape at or before the arrival (count); null without engine metrics on the arrival's clock.
+-- @column replica: Feature: the trace label's first path segment: the replica in a dataset (server=a), else the trace.
+-- @column new_connection: Feature: 1 when the request opened a connection (client.connect), else 0; null when its trace times no connection.
+-- @column retried: Feature: 1 when the request was retried (client.retry), else 0; null without a client.request.
+-- @column preemptions: Feature: times it was preempted (no step for preemption_min_steps decode iterations) (count); null without a steps table.
+-- @column cached_share: Feature: prompt tokens served from the prefix cache over prompt tokens, 0..1; null when not reported.
+-- @column client_lag_ms: Feature: the load client's event-loop stalls (client.loop_lag) overlapping the request, milliseconds; null when its trace has none.
+CREATE OR REPLACE TEMP TABLE tail_requests AS
+WITH a AS (
+    SELECT trace, request_id, request_key, ttft_ms, e2e_ms, tpot_ms, output_tokens, prompt_tokens, start_ns, end_ns
+    FROM attribution_requests WHERE ok AND e2e_ms IS NOT NULL
+),
+sp AS (
+    SELECT trace, request_id,
+        coalesce(min(start_ns) FILTER (WHERE name = 'client.queue'),
+                 min(start_ns) FILTER (WHERE name = 'client.request')) AS c_start,
+        max(end_ns) FILTER (WHERE name = 'client.request') AS c_end,
+        count(*) FILTER (WHERE name = 'client.connect') AS connects,
+        count(*) FILTER (WHERE name = 'client.retry') AS retries
+    FROM spans WHERE request_id <> '' AND clock = 'client' GROUP BY trace, request_id
+),
+tr AS (
+    SELECT trace, count(*) FILTER (WHERE name = 'client.connect' AND request_id <> '') > 0 AS has_connect,
+        count(*) FILTER (WHERE name = 'client.loop_lag') > 0 AS has_lag
+    FROM spans GROUP BY trace
+),
+rq AS (SELECT trace, request_id, max(cached_prompt_tokens) AS cached FROM requests GROUP BY trace, request_id),
+r AS (
+    SELECT a.*, sp.connects, sp.retries, tr.has_connect, tr.has_lag, rq.cached,
+        CASE WHEN sp.c_start IS NOT NULL AND sp.c_end IS NOT NULL THEN 'client' ELSE 'server' END AS arrival_clock,
+        CASE WHEN sp.c_start IS NOT NULL AND sp.c_end IS NOT NULL THEN sp.c_start ELSE a.start_ns END AS arrival_ns,
+        CASE WHEN sp.c_start IS NOT NULL AND sp.c_end IS NOT NULL THEN sp.c_end ELSE a.end_ns END AS done_ns,
+        p.step_emissions, p.step_itl_ms, p.step_own_ms, p.step_prefill_wait_ms, p.step_prefill_slowed_ms,
+        p.step_other_decode_ms, p.step_no_step_ms, p.step_stalls, p.step_match_min
+    FROM a
+    LEFT JOIN sp USING (trace, request_id)
+    LEFT JOIN tr USING (trace)
+    LEFT JOIN rq USING (trace, request_id)
+    LEFT JOIN _tokens_gap_pass AS p ON p.request_key = a.request_key
+),
+-- requests in flight at each arrival: a running count of arrivals (+1) and ends (-1), ends first at a tie
+ev AS (
+    SELECT trace, arrival_clock, request_id, arrival_ns AS ts, 1 AS d FROM r WHERE arrival_ns IS NOT NULL
+    UNION ALL
+    SELECT trace, arrival_clock, request_id, done_ns, -1 FROM r WHERE arrival_ns IS NOT NULL AND done_ns IS NOT NULL
+),
+fl AS (
+    SELECT trace, request_id, c - 1 AS in_flight FROM (
+        SELECT trace, request_id, d, sum(d) OVER (PARTITION BY trace, arrival_clock ORDER BY ts, d, request_id
+                                                 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS c
+        FROM ev) AS x
+    WHERE d = 1
+),
+bu AS (
+    SELECT trace, request_id,
+        count(*) OVER (PARTITION BY trace, arrival_clock ORDER BY arrival_ns
+                       RANGE BETWEEN 1000000000 PRECEDING AND CURRENT ROW) - 1 AS arrivals_1s,
+        (arrival_ns - min(arrival_ns) OVER (PARTITION BY trace, arrival_clock)) / 1e9 AS arrival_s
+    FROM r WHERE arrival_ns IS NOT NULL
+),
+-- the engine's waiting requests at the last scrape at or before each arrival on the metrics' clock: a
+-- running maximum of scrape times over scrapes and arrivals in time order (scrapes first at a tie)
+sc AS (SELECT trace, ts_ns, requests_waiting FROM engine_timeline WHERE requests_waiting IS NOT NULL),
+ew AS (
+    SELECT x.trace, x.request_id, sc.requests_waiting AS engine_waiting FROM (
+        SELECT trace, request_id, max(scrape_ns) OVER (PARTITION BY trace ORDER BY ts, request_id NULLS FIRST
+                                                      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS at_ns
+        FROM (SELECT trace, ts_ns AS ts, ts_ns AS scrape_ns, NULL AS request_id FROM sc
+              UNION ALL
+              SELECT r.trace, r.arrival_ns, NULL, r.request_id FROM r
+              JOIN engine_window AS w ON w.trace = r.trace AND w.clock = r.arrival_clock
+              WHERE r.arrival_ns IS NOT NULL) AS u) AS x
+    JOIN sc ON sc.trace = x.trace AND sc.ts_ns = x.at_ns
+    WHERE x.request_id IS NOT NULL
+),
+lag AS (
+    SELECT r.trace, r.request_id, sum(least(l.end_ns, r.done_ns) - greatest(l.start_ns, r.arrival_ns)) / 1e6 AS lag_ms
+    FROM r JOIN spans AS l ON l.trace = r.trace AND l.name = 'client.loop_lag'
+        AND l.start_ns < r.done_ns AND l.end_ns > r.arrival_ns
+    WHERE r.arrival_clock = 'client'
+    GROUP BY r.trace, r.request_id
+)
+SELECT r.trace, r.request_id, r.request_key, r.ttft_ms, r.e2e_ms, r.tpot_ms,
+    CASE WHEN r.step_emissions > 0 AND r.output_tokens >= 2 THEN
+        (r.step_own_ms - coalesce(r.step_prefill_slowed_ms, 0)) / (r.output_tokens - 1) END AS own_step_ms,
+    CASE WHEN r.step_emissions > 0 AND r.output_tokens >= 2 THEN
+        (coalesce(r.step_prefill_wait_ms, 0) + coalesce(r.step_prefill_slowed_ms, 0)) / (r.output_tokens - 1) END AS prefill_ms,
+    CASE WHEN r.step_emissions > 0 AND r.output_tokens >= 2 THEN
+        coalesce(r.step_other_decode_ms, 0) / (r.output_tokens - 1) END AS other_decode_ms,
+    CASE WHEN r.step_emissions > 0 AND r.output_tokens >= 2 THEN
+        (r.step_itl_ms - r.step_own_ms - coalesce(r.step_prefill_wait_ms, 0) - coalesce(r.step_other_decode_ms, 0)
+         - coalesce(r.step_no_step_ms, 0)) / (r.output_tokens - 1) END AS engine_gap_ms,
+    CASE WHEN r.step_emissions > 0 AND r.output_tokens >= 2 THEN
+        coalesce(r.step_no_step_ms, 0) / (r.output_tokens - 1) END AS no_step_ms,
+    r.arrival_clock, r.arrival_ns,
+    r.prompt_tokens, r.output_tokens, bu.arrival_s, bu.arrivals_1s, fl.in_flight, ew.engine_waiting,
+    split_part(r.trace, '/', 1) AS replica,
+    CASE WHEN r.has_connect AND r.arrival_clock = 'client' THEN CASE WHEN r.connects > 0 THEN 1 ELSE 0 END END
+        AS new_connection,
+    CASE WHEN r.arrival_clock = 'client' THEN CASE WHEN r.retries > 0 THEN 1 ELSE 0 END END AS retried,
+    CASE WHEN r.step_match_min <= 1 THEN r.step_stalls END AS preemptions,
+    r.cached / nullif(r.prompt_tokens, 0) AS cached_share,
+    CASE WHEN r.has_lag AND r.arrival_clock = 'client' THEN coalesce(lag.lag_ms, 0) END AS client_lag_ms
+FROM r
+LEFT JOIN bu USING (trace, request_id)
+LEFT JOIN fl USING (trace, request_id)
+LEFT JOIN ew USING (trace, request_id)
+LEFT JOIN lag USING (trace, request_id);
+
+-- Each request's metrics as rows, and the percentiles that cut them into groups (ITL: the tokens'
+-- own percentiles, tokens_gap_stats, over every emission).
+CREATE OR REPLACE TEMP TABLE _tail_values AS
+SELECT trace, request_id, 'ttft' AS metric, ttft_ms AS v FROM tail_requests WHERE ttft_ms IS NOT NULL
+UNION ALL SELECT trace, request_id, 'e2e', e2e_ms FROM tail_requests
+UNION ALL SELECT trace, request_id, 'tpot', tpot_ms FROM tail_requests WHERE tpot_ms IS NOT NULL;
+
+CREATE OR REPLACE TEMP TABLE _tail_cuts AS
+SELECT metric, count(*) AS n, quantile_cont(v, [0.4, 0.6, 0.95, 0.99]) AS q FROM _tail_values GROUP BY metric
+UNION ALL
+SELECT 'itl', gaps, [itl_p40_ms, itl_p60_ms, itl_p95_ms, itl_p99_ms] FROM tokens_gap_stats WHERE gaps > 0;
+
+-- The groups' members: typical (p40 to p60), above p95, above p99.
+CREATE OR REPLACE TEMP TABLE _tail_members AS
+SELECT v.metric, l.level, v.trace, v.request_id, v.v
+FROM _tail_values AS v JOIN _tail_cuts AS c USING (metric)
+CROSS JOIN (VALUES ('typical'), ('p95'), ('p99')) AS l(level)
+WHERE CASE l.level WHEN 'typical' THEN v.v >= c.q[1] AND v.v <= c.q[2]
+                   WHEN 'p95' THEN v.v > c.q[3] ELSE v.v > c.q[4] END;
+
+-- The sampled ITL gaps in those groups, with their parts as rows.
+CREATE OR REPLACE TEMP TABLE _tail_gaps AS
+SELECT unnest(sample, recursive := true) FROM _tokens_gap_pass;
+
+CREATE OR REPLACE TEMP TABLE _tail_gap_long AS
+SELECT l.level, g.itl_ms, g.first_gap, p.ordinal,
+    CASE p.ordinal WHEN 0 THEN g.own_ms WHEN 1 THEN g.prefill_ms WHEN 2 THEN g.other_decode_ms
+        WHEN 3 THEN g.engine_gap_ms WHEN 4 THEN g.no_step_ms WHEN 5 THEN g.client_side_ms END AS ms
+FROM _tail_gaps AS g
+JOIN _tail_cuts AS c ON c.metric = 'itl'
+CROSS JOIN (VALUES ('typical'), ('p95'), ('p99')) AS l(level)
+JOIN _tail_parts AS p ON p.metric = 'itl' AND p.ordinal < 99
+WHERE CASE l.level WHEN 'typical' THEN g.itl_ms >= c.q[1] AND g.itl_ms <= c.q[2]
+                   WHEN 'p95' THEN g.itl_ms > c.q[3] ELSE g.itl_ms > c.q[4] END;
+
+-- @table tail_groups
+-- One row per metric (ttft, e2e, tpot, itl) and group: the typical requests (p40 to p60) and those
+-- above p95 and above p99 (for itl: sampled gaps). Groups without a member have no row.
+-- @column metric: 'ttft', 'e2e', 'tpot' or 'itl'.
+-- @column level: 'typical', 'p95' or 'p99'.
+-- @column lo_ms: The group's lower bound, milliseconds: p40 for typical (inclusive), the percentile for a tail (exclusive).
+-- @column hi_ms: The group's upper bound, milliseconds: p60 for typical; null for a tail.
+-- @column n: Members: requests, or for itl gaps of the sample (count).
+-- @column sampled_every: 1 when every gap (or request) is a member candidate; N for itl when 1 gap in N was sampled.
+-- @column mean_ms: The metric's mean over the group, milliseconds.
+-- @column gap_ms: mean_ms minus the typical group's mean, milliseconds (null for typical).
+-- @column first_gap_share: itl: share of the group's gaps that are their request's first gap after token 0, 0..1 (the request's own phase); null for other metrics.
+-- @column with_prefill_share: itl: share of the group's gaps that waited through or shared a step with prefill work, 0..1; null without step times or for other metrics.
+-- @column preempted_share: itl: share of the group's gaps that were preemption stalls, 0..1; null without a steps table or for other metrics.
+CREATE OR REPLACE TEMP TABLE tail_groups AS
+WITH req AS (
+    SELECT metric, level, count(*) AS n, 1 AS sampled_every, favg(v) AS mean_ms, NULL::DOUBLE AS first_gap_share,
+        NULL::DOUBLE AS with_prefill_share, NULL::DOUBLE AS preempted_share
+    FROM _tail_members GROUP BY metric, level
+),
+gap AS (
+    SELECT 'itl' AS metric, level, count(*) AS n,
+        (SELECT greatest(ceil(coalesce(sum(decode_tokens), 0) / t.tail_itl_sample), 1)::BIGINT
+         FROM tokens_requests, _thresholds AS t WHERE NOT failed GROUP BY t.tail_itl_sample) AS sampled_every,
+        favg(itl_ms) AS mean_ms, avg(CASE WHEN first_gap THEN 1.0 ELSE 0.0 END) AS first_gap_share,
+        CASE WHEN count(own_ms) > 0 THEN avg(CASE WHEN prefill_ms > 0 THEN 1.0 ELSE 0.0 END) END AS with_prefill_share,
+        CASE WHEN count(own_ms) > 0 THEN avg(CASE WHEN no_step_ms > 0 THEN 1.0 ELSE 0.0 END) END AS preempted_share
+    FROM (SELECT l.level, g.* FROM _tail_gaps AS g JOIN _tail_cuts AS c ON c.metric = 'itl'
+          CROSS JOIN (VALUES ('typical'), ('p95'), ('p99')) AS l(level)
+          WHERE CASE l.level WHEN 'typical' THEN g.itl_ms >= c.q[1] AND g.itl_ms <= c.q[2]
+                             WHEN 'p95' THEN g.itl_ms > c.q[3] ELSE g.itl_ms > c.q[4] END) AS x
+    GROUP BY level
+),
+u AS (SELECT * FROM req UNION ALL SELECT * FROM gap)
+SELECT u.metric, u.level,
+    CASE u.level WHEN 'typical' THEN c.q[1] WHEN 'p95' THEN c.q[3] ELSE c.q[4] END AS lo_ms,
+    CASE WHEN u.level = 'typical' THEN c.q[2] END AS hi_ms,
+    u.n, u.sampled_every, u.mean_ms,
+    CASE WHEN u.level <> 'typical' THEN u.mean_ms - t.mean_ms END AS gap_ms,
+    u.first_gap_share, u.with_prefill_share, u.preempted_share
+FROM u JOIN _tail_cuts AS c USING (metric)
+LEFT JOIN u AS t ON t.metric = u.metric AND t.level = 'typical'
+ORDER BY CASE u.metric WHEN 'ttft' THEN 1 WHEN 'e2e' THEN 2 WHEN 'tpot' THEN 3 ELSE 4 END,
+    CASE u.level WHEN 'typical' THEN 1 WHEN 'p95' THEN 2 ELSE 3 END;
+
+-- Each request's components per metric as rows (ms null = not measured by that request).
+CREATE OR REPLACE TEMP TABLE _tail_long AS
+SELECT l.trace, l.request_id, p.metric, p.ordinal, l.ms
+FROM _attribution_long AS l JOIN _tail_parts AS p ON p.ordinal = l.ordinal AND p.metric IN ('e2e', 'ttft')
+WHERE l.ok AND l.e2e_ms IS NOT NULL
+UNION ALL
+SELECT r.trace, r.request_id, 'tpot', p.ordinal,
+    CASE p.ordinal WHEN 0 THEN r.own_step_ms WHEN 1 THEN r.prefill_ms WHEN 2 THEN r.other_decode_ms
+        WHEN 3 THEN r.engine_gap_ms WHEN 4 THEN r.no_step_ms END
+FROM tail_requests AS r JOIN _tail_parts AS p ON p.metric = 'tpot' AND p.ordinal < 99
+WHERE r.tpot_ms IS NOT NULL;
+
+-- @table tail_components
+-- One row per metric, tail level (p95, p99) and component: its mean per member in the typical group
+-- and in the tail, the difference, and its share of the gap between the two groups' means. The
+-- shares of a metric and level add up to 1 with `unattributed`.
+-- @column metric: 'ttft', 'e2e', 'tpot' or 'itl'.
+-- @column level: 'p95' or 'p99': the tail compared with the typical group.
+-- @column ordinal: Position of the component (the attribution's order; decode parts 0-5; 99 unattributed).
+-- @column component: Component or decode part (own_step, prefill, other_decode, engine_gap, no_step, client_side), or unattributed (what the measured ones leave of the metric).
+-- @column measured: False when no request (gap) measured it: its figures are null, unknown, not zero.
+-- @column typical_ms: Mean per member of the typical group (a member that did not measure it counts 0), milliseconds.
+-- @column tail_ms: Mean per member of the tail, milliseconds.
+-- @column delta_ms: tail_ms minus typical_ms, milliseconds.
+-- @column gap_share: delta_ms over the gap between the tail's and the typical group's means of the metric, as a fraction (0..1 when every part grows; negative for a part that shrank).
+CREATE OR REPLACE TEMP TABLE tail_components AS
+WITH s AS (
+    SELECT m.metric, m.level, l.ordinal, fsum(l.ms) AS total
+    FROM _tail_members AS m JOIN _tail_long AS l USING (metric, trace, request_id)
+    GROUP BY m.metric, m.level, l.ordinal
+    UNION ALL
+    SELECT 'itl', level, ordinal, fsum(ms) FROM _tail_gap_long GROUP BY level, ordinal
+),
+me AS (
+    SELECT metric, ordinal, count(ms) > 0 AS measured FROM _tail_long GROUP BY metric, ordinal
+    UNION ALL
+    SELECT 'itl', ordinal, count(ms) > 0 FROM _tail_gap_long GROUP BY ordinal
+),
+c AS (
+    SELECT p.metric, l.level, p.ordinal, p.component, coalesce(me.measured, false) AS measured,
+        CASE WHEN me.measured THEN coalesce(st.total, 0) / gt.n END AS typical_ms,
+        CASE WHEN me.measured THEN coalesce(sl.total, 0) / gl.n END AS tail_ms,
+        gt.mean_ms AS typical_mean, gl.mean_ms AS tail_mean
+    FROM _tail_parts AS p
+    CROSS JOIN (VALUES ('p95'), ('p99')) AS l(level)
+    JOIN tail_groups AS gl ON gl.metric = p.metric AND gl.level = l.level
+    JOIN tail_groups AS gt ON gt.metric = p.metric AND gt.level = 'typical'
+    LEFT JOIN me ON me.metric = p.metric AND me.ordinal = p.ordinal
+    LEFT JOIN s AS sl ON sl.metric = p.metric AND sl.level = l.level AND sl.ordinal = p.ordinal
+    LEFT JOIN s AS st ON st.metric = p.metric AND st.level = 'typical' AND st.ordinal = p.ordinal
+    WHERE p.ordinal < 99
+),
+u AS (
+    SELECT metric, level, ordinal, component, measured, typical_ms, tail_ms, typical_mean, tail_mean FROM c
+    UNION ALL
+    SELECT metric, level, 99, 'unattributed', true, max(typical_mean) - coalesce(sum(typical_ms), 0),
+        max(tail_mean) - coalesce(sum(tail_ms), 0), max(typical_mean), max(tail_mean)
+    FROM c GROUP BY metric, level
+)
+SELECT metric, level, ordinal, component, measured, typical_ms, tail_ms, tail_ms - typical_ms AS delta_ms,
+    (tail_ms - typical_ms) / nullif(tail_mean - typical_mean, 0) AS gap_share
+FROM u
+ORDER BY CASE metric WHEN 'ttft' THEN 1 WHEN 'e2e' THEN 2 WHEN 'tpot' THEN 3 ELSE 4 END, level, ordinal;
+
+-- The features compared, in order (the one list of them): name, what it is in words, and whether it
+-- is a share (binary: the group's mean is the share of members that have it) or a number.
+CREATE OR REPLACE TEMP TABLE _tail_feature_names AS
+SELECT * FROM (VALUES
+    (1, 'prompt_tokens', 'prompt tokens', 'number'),
+    (2, 'output_tokens', 'output tokens', 'number'),
+    (3, 'arrival_s', 'arrival (s into the run)', 'number'),
+    (4, 'arrivals_1s', 'arrivals in the second before', 'number'),
+    (5, 'in_flight', 'requests in flight at arrival', 'number'),
+    (6, 'engine_waiting', 'requests waiting in the engine at arrival', 'number'),
+    (7, 'new_connection', 'a new connection', 'share'),
+    (8, 'retried', 'retried', 'share'),
+    (9, 'preemptions', 'preemptions', 'number'),
+    (10, 'prefill_ms', 'co-scheduled prefill per decode token (ms)', 'number'),
+    (11, 'cached_share', 'prompt share from the prefix cache', 'number'),
+    (12, 'client_lag_ms', 'load-client loop lag during the request (ms)', 'number')
+) AS v(ordinal, feature, label, kind);
+
+-- Each request's features as rows; the replica as one 0/1 feature per replica when there are several.
+CREATE OR REPLACE TEMP TABLE _tail_feature_values AS
+SELECT * FROM (
+    SELECT r.trace, r.request_id, f.ordinal, f.feature, CASE f.ordinal
+            WHEN 1 THEN r.prompt_tokens WHEN 2 THEN r.output_tokens WHEN 3 THEN r.arrival_s WHEN 4 THEN r.arrivals_1s
+            WHEN 5 THEN r.in_flight WHEN 6 THEN r.engine_waiting WHEN 7 THEN r.new_connection WHEN 8 THEN r.retried
+            WHEN 9 THEN r.preemptions WHEN 10 THEN r.prefill_ms WHEN 11 THEN r.cached_share
+            WHEN 12 THEN r.client_lag_ms END::DOUBLE AS value
+    FROM tail_requests AS r CROSS JOIN _tail_feature_names AS f
+) AS x WHERE value IS NOT NULL
+UNION ALL
+SELECT r.trace, r.request_id, 100, 'replica=' || g.replica, CASE WHEN r.replica = g.replica THEN 1.0 ELSE 0.0 END
+FROM tail_requests AS r
+CROSS JOIN (SELECT DISTINCT replica FROM tail_requests) AS g
+WHERE (SELECT count(DISTINCT replica) FROM tail_requests) > 1;
+
+-- The upper tail of the standard normal distribution, Q(z) = erfc(z / sqrt 2) / 2, by Abramowitz and
+-- Stegun 7.1.26 (absolute error below 1e-7): for the Mann-Whitney p-values.
+CREATE OR REPLACE MACRO _tail_normal_sf(z) AS CASE WHEN z < 0 THEN 1.0 ELSE
+    0.5 * (1.0 / (1.0 + 0.3275911 * z / sqrt(2.0))) * (0.254829592 + (1.0 / (1.0 + 0.3275911 * z / sqrt(2.0)))
+        * (-0.284496736 + (1.0 / (1.0 + 0.3275911 * z / sqrt(2.0))) * (1.421413741 + (1.0 / (1.0 + 0.3275911 * z / sqrt(2.0)))
+        * (-1.453152027 + (1.0 / (1.0 + 0.3275911 * z / sqrt(2.0))) * 1.061405429)))) * exp(-z * z / 2.0) END;
+
+-- @table tail_features
+-- One row per metric, tail level and feature: the feature in the tail against the typical requests,
+-- with effect sizes and group sizes (requests where the feature is measured).
+-- @column metric: 'ttft', 'e2e' or 'tpot'.
+-- @column level: 'p95' or 'p99'.
+-- @column ordinal: Position of the feature (_tail_feature_names; 100 for a replica).
+-- @column feature: Feature name (a column of tail_requests), or replica=NAME (1 for that replica's requests).
+-- @column label: The feature in words.
+-- @column kind: 'share' (0/1: the means are the share of members that have it) or 'number'.
+-- @column tail_n: Tail requests with the feature measured (count).
+-- @column typical_n: Typical requests with the feature measured (count).
+-- @column tail_mean: The feature's mean over the tail (a share for kind share).
+-- @column typical_mean: Its mean over the typical requests.
+-- @column tail_median: Its median over the tail.
+-- @column typical_median: Its median over the typical requests.
+-- @column ratio: tail_mean over typical_mean (null when the typical mean is 0).
+-- @column cliffs_delta: Cliff's delta, P(tail > typical) - P(tail < typical), -1..1 (for a share: the difference of the shares).
+-- @column p_value: Two-sided Mann-Whitney p-value (normal approximation, ties corrected), Bonferroni-adjusted over the features compared at this metric and level, 0..1.
+-- @column separates: True when abs(cliffs_delta) is at least tail_effect_size, p_value below tail_significance and the tail has at least tail_min_requests requests.
+-- @column rank: Order of the features by separation (separating first, then by abs(cliffs_delta)).
+CREATE OR REPLACE TEMP TABLE tail_features AS
+WITH y AS (
+    SELECT l.level, m.metric, f.ordinal, f.feature, f.value, m.level = l.level AS in_tail
+    FROM _tail_members AS m
+    JOIN _tail_feature_values AS f USING (trace, request_id)
+    JOIN (VALUES ('p95'), ('p99')) AS l(level) ON m.level IN (l.level, 'typical')
+),
+rk AS (
+    SELECT *, rank() OVER (PARTITION BY metric, level, feature ORDER BY value) AS r0,
+        count(*) OVER (PARTITION BY metric, level, feature, value) AS ties
+    FROM y
+),
+a AS (
+    SELECT metric, level, min(ordinal) AS ordinal, feature,
+        count(*) FILTER (WHERE in_tail) AS tail_n, count(*) FILTER (WHERE NOT in_tail) AS typical_n,
+        sum(r0 + (ties - 1) / 2.0) FILTER (WHERE in_tail) AS r1,
+        favg(value) FILTER (WHERE in_tail) AS tail_mean, favg(value) FILTER (WHERE NOT in_tail) AS typical_mean,
+        quantile_cont(value, 0.5) FILTER (WHERE in_tail) AS tail_median,
+        quantile_cont(value, 0.5) FILTER (WHERE NOT in_tail) AS typical_median
+    FROM rk GROUP BY metric, level, feature
+),
+ti AS (  -- ties: the sum over tied values of t^3 - t
+    SELECT metric, level, feature, sum(t * t * t - t) AS tc
+    FROM (SELECT metric, level, feature, value, count(*)::DOUBLE AS t FROM y GROUP BY metric, level, feature, value) AS x
+    GROUP BY metric, level, feature
+),
+st AS (
+    SELECT a.*, a.tail_n + a.typical_n AS n, r1 - tail_n * (tail_n + 1) / 2.0 AS u1,
+        tail_n * typical_n / 12.0 * ((tail_n + typical_n + 1)
+            - ti.tc / ((tail_n + typical_n) * (tail_n + typical_n - 1.0))) AS var_u
+    FROM a JOIN ti USING (metric, level, feature)
+    WHERE a.tail_n >= 1 AND a.typical_n >= 1
+),
+p AS (
+    SELECT *, 2.0 * u1 / (tail_n * typical_n) - 1 AS cliffs_delta,
+        CASE WHEN var_u > 0 THEN least(1.0, 2.0 * _tail_normal_sf(abs(u1 - tail_n * typical_n / 2.0) / sqrt(var_u))
+            * count(*) OVER (PARTITION BY metric, level)) ELSE 1.0 END AS p_value
+    FROM st
+)
+SELECT p.metric, p.level, p.ordinal, p.feature,
+    coalesce(n.label, 'replica ' || substr(p.feature, 9)) AS label, coalesce(n.kind, 'share') AS kind,
+    p.tail_n, p.typical_n, p.tail_mean, p.typical_mean, p.tail_median, p.typical_median,
+    p.tail_mean / nullif(p.typical_mean, 0) AS ratio, p.cliffs_delta, p.p_value,
+    abs(p.cliffs_delta) >= t.tail_effect_size AND p.p_value < t.tail_significance AND p.tail_n >= t.tail_min_requests
+        AS separates,
+    row_number() OVER (PARTITION BY p.metric, p.level ORDER BY abs(p.cliffs_delta) >= t.tail_effect_size
+        AND p.p_value < t.tail_significance AND p.tail_n >= t.tail_min_requests DESC, abs(p.cliffs_delta) DESC,
+        p.ordinal, p.feature) AS rank
+FROM p
+LEFT JOIN _tail_feature_names AS n USING (feature)
+CROSS JOIN _thresholds AS t
+ORDER BY CASE p.metric WHEN 'ttft' THEN 1 WHEN 'e2e' THEN 2 ELSE 3 END, p.level, rank;
+
+-- A number of a feature or a part in text: counts and tokens whole, small values to 2 decimals.
+CREATE OR REPLACE MACRO _tail_num(x) AS CASE WHEN abs(x) >= 100 THEN _n(x) WHEN abs(x) >= 10 THEN _f(x, 1)
+    ELSE _f(x, 2) END;
+CREATE OR REPLACE MACRO _tail_metric(m) AS CASE m WHEN 'ttft' THEN 'TTFT' WHEN 'tpot' THEN 'TPOT'
+    WHEN 'itl' THEN 'ITL' ELSE m END;
+
+-- @table tail_summary
+-- One row per metric with a typical group: the tail the analysis explains (above p99 when it has at
+-- least tail_min_requests members, else above p95, else none), its gap, where the gap is, and what
+-- its requests have in common, in words.
+-- @column metric: 'ttft', 'e2e', 'tpot' or 'itl'.
+-- @column level: 'p99' or 'p95': the tail explained; null when even the p95 tail has fewer than tail_min_requests members.
+-- @column n: Requests (itl: emissions) the percentiles are over (count).
+-- @column typical_n: Members of the typical group (count; itl: sampled gaps).
+-- @column tail_n: Members of the tail explained, else of the p95 tail (count; itl: sampled gaps).
+-- @column threshold_ms: The percentile the tail is above, milliseconds.
+-- @column typical_ms: The metric's mean over the typical group, milliseconds.
+-- @column tail_ms: Its mean over the tail, milliseconds.
+-- @column gap_ms: tail_ms minus typical_ms, milliseconds.
+-- @column top_component: The measured component (or part) with the largest share of the gap; unattributed when what no component measured is larger.
+-- @column top_share: Its share of the gap, as a fraction (0..1 unless parts shrank).
+-- @column separating: Features that separate the tail from the typical requests (count; null for itl).
+-- @column components_text: The components that grew, largest first, with their shares of the gap.
+-- @column features_text: The features that separate the tail, strongest first (at most three), with effect sizes.
+-- @column sentence: The tail in one sentence with its numbers.
+CREATE OR REPLACE TEMP TABLE tail_summary AS
+WITH g AS (
+    SELECT t.metric, c.n,
+        max(CASE WHEN t.level = 'typical' THEN t.n END) AS typical_n,
+        max(CASE WHEN t.level = 'typical' THEN t.mean_ms END) AS typical_ms,
+        max(CASE WHEN t.level = 'p95' THEN t.n END) AS n95, max(CASE WHEN t.level = 'p99' THEN t.n END) AS n99,
+        max(CASE WHEN t.level = 'typical' THEN t.lo_ms END) AS lo_ms, max(CASE WHEN t.level = 'typical' THEN t.hi_ms END) AS hi_ms
+    FROM tail_groups AS t JOIN _tail_cuts AS c USING (metric)
+    GROUP BY t.metric, c.n
+),
+l AS (
+    SELECT g.*, CASE WHEN g.n99 >= th.tail_min_requests THEN 'p99' WHEN g.n95 >= th.tail_min_requests THEN 'p95' END AS level,
+        th.tail_min_requests
+    FROM g CROSS JOIN _thresholds AS th
+    WHERE g.typical_n > 0
+),
+t AS (
+    SELECT l.*, tg.n AS tail_n, tg.lo_ms AS threshold_ms, tg.mean_ms AS tail_ms, tg.gap_ms,
+        tg.first_gap_share, tg.with_prefill_share, tg.preempted_share,
+        ty.first_gap_share AS ty_first, ty.with_prefill_share AS ty_prefill, ty.preempted_share AS ty_preempted
+    FROM l
+    LEFT JOIN tail_groups AS tg ON tg.metric = l.metric AND tg.level = coalesce(l.level, 'p95')
+    LEFT JOIN tail_groups AS ty ON ty.metric = l.metric AND ty.level = 'typical'
+),
+c AS (
+    SELECT t.metric,
+        arg_max(c.component, c.gap_share) FILTER (WHERE c.measured) AS top_component,
+        max(c.gap_share) FILTER (WHERE c.measured) AS top_share,
+        string_agg(c.component || ' ' || _pct(c.gap_share), ', ' ORDER BY c.gap_share DESC)
+            FILTER (WHERE c.measured AND c.gap_share >= 0.05) AS components_text
+    FROM t JOIN tail_components AS c ON c.metric = t.metric AND c.level = t.level
+    GROUP BY t.metric
+),
+f AS (
+    SELECT t.metric, count(*) FILTER (WHERE f.separates) AS separating,
+        string_agg(CASE WHEN f.kind = 'share'
+                THEN f.label || ': ' || _pct(f.tail_mean) || ' of the tail vs ' || _pct(f.typical_mean) || ' of typical requests'
+                ELSE f.label || ' median ' || _tail_num(f.tail_median) || ' vs ' || _tail_num(f.typical_median)
+                    || CASE WHEN f.ratio IS NOT NULL THEN ' (mean ' || _f(f.ratio, 1) || 'x)' ELSE '' END END
+            || ', Cliff''s delta ' || _f(f.cliffs_delta, 2), '; ' ORDER BY f.rank)
+            FILTER (WHERE f.separates AND f.rank <= 3) AS features_text
+    FROM t JOIN tail_features AS f ON f.metric = t.metric AND f.level = t.level
+    GROUP BY t.metric
+)
+SELECT t.metric, t.level, t.n, t.typical_n, t.tail_n, t.threshold_ms, t.typical_ms, t.tail_ms, t.gap_ms,
+    c.top_component, c.top_share, CASE WHEN t.metric <> 'itl' AND t.level IS NOT NULL THEN coalesce(f.separating, 0) END
+        AS separating,
+    c.components_text, f.features_text,
+    CASE WHEN t.level IS NULL THEN _tail_metric(t.metric) || ': ' || _n(coalesce(t.tail_n, 0)) || CASE WHEN t.metric = 'itl'
+            THEN ' sampled gaps' ELSE ' requests' END || ' above p95, fewer than tail_min_requests ('
+            || _n(t.tail_min_requests) || '): too few to say what the tail has in common'
+        ELSE t.level || ' ' || _tail_metric(t.metric) || ': ' || _n(t.tail_n)
+            || CASE WHEN t.metric = 'itl' THEN ' gaps' ELSE ' requests' END || ' above ' || _ms(t.threshold_ms)
+            || ' (mean ' || _ms(t.tail_ms) || ') against ' || _n(t.typical_n) || ' typical (p40-p60, mean '
+            || _ms(t.typical_ms) || '): +' || _ms(t.gap_ms)
+            || coalesce(', ' || c.components_text, '')
+            || CASE WHEN t.metric = 'itl' THEN
+                CASE WHEN t.with_prefill_share IS NOT NULL THEN '; ' || _pct(t.with_prefill_share) || ' of them waited '
+                    || 'through or shared a step with prefill (typical ' || _pct(t.ty_prefill) || ')' ELSE '' END
+                || CASE WHEN t.preempted_share > 0 THEN '; ' || _pct(t.preempted_share) || ' were preemption stalls' ELSE '' END
+                || CASE WHEN t.with_prefill_share IS NULL THEN '; by phase: ' || _pct(t.first_gap_share)
+                    || ' are their request''s first gap after token 0 (typical ' || _pct(t.ty_first) || ')' ELSE '' END
+            WHEN f.features_text IS NOT NULL THEN '; in common: ' || f.features_text
+            ELSE '; no feature separates them from typical requests: a tail of noise' END
+    END AS sentence
+FROM t LEFT JOIN c USING (metric) LEFT JOIN f USING (metric)
+ORDER BY CASE t.metric WHEN 'ttft' THEN 1 WHEN 'e2e' THEN 2 WHEN 'tpot' THEN 3 ELSE 4 END;
