@@ -283,8 +283,9 @@ def _param_tables(con: duckdb.DuckDBPyConnection, traces: Sequence[Trace], label
            _hardware_rows(roof, labels))
     tf = fields(Thresholds)
     _table(con, "_thresholds", ", ".join(f"{f.name} DOUBLE" for f in tf), [list(astuple(thresholds))])
-    _table(con, "_claims", "ordinal INTEGER, claim VARCHAR, key VARCHAR",
-           [[i, c.text, c.key] for i, c in enumerate(claims)])
+    _table(con, "_claims", "ordinal INTEGER, claim VARCHAR, key VARCHAR, scope_metric VARCHAR, scope_level VARCHAR, "
+           "tail_component VARCHAR",
+           [[i, c.text, c.key, c.scope_metric, c.scope_level, c.tail_component] for i, c in enumerate(claims)])
 
 
 def _table(con: duckdb.DuckDBPyConnection, name: str, columns: str, rows: list[list[object]]) -> None:

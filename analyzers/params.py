@@ -22,6 +22,7 @@ from typing import Any
 from tracetool.errors import UsageError
 from tracetool.meta import model_block
 from tracetool.presets import dtype_bytes, gpu_preset, match_gpu_name, model_preset
+from tracetool.schema import COMPONENTS
 
 
 @dataclass(frozen=True)
@@ -313,10 +314,22 @@ def _meta_kv_bytes(m: dict[str, Any], kv_dtype: str | None, notes: list[str]) ->
 
 @dataclass(frozen=True)
 class ClaimSpec:
-    """A story to test: the user's words and the claim key they map to."""
+    """A story to test: the user's words and the claim key they map to.
+
+    A claim about the tail (``p99-ttft=network``) has a ``scope``: the metric (ttft, e2e, tpot, itl)
+    and the tail (p95, p99) it is about, and ``tail_component`` is what it is judged on there: the
+    component (ttft, e2e) or decode part (tpot, itl) that holds the tail's extra time (module tail).
+    """
 
     text: str
     key: str
+    scope_metric: str | None = None
+    scope_level: str | None = None
+    tail_component: str | None = None
+
+    @property
+    def scope(self) -> str | None:
+        return f"{self.scope_level}-{self.scope_metric}" if self.scope_metric else None
 
 
 #: key -> (component the verdict is about, the story in words).
@@ -358,13 +371,51 @@ _KEYWORDS = (("compute", "compute-bound"), ("flop", "compute-bound"), ("thousand
              ("rerank", "postprocess"), ("decode", "decode"))
 
 
+#: Tail claims: the metrics and tails they may name, and, for TPOT and ITL (judged on the decode parts of the
+#: step accounting), the part each claim key stands for; a key without one is a usage error there.
+TAIL_METRICS = ("ttft", "e2e", "tpot", "itl")
+TAIL_LEVELS = ("p95", "p99")
+TAIL_DECODE_PARTS = {"prefill": "prefill", "decode": "own_step", "network": "client_side"}
+_TAIL_RE = re.compile(r"^(p95|p99)-(ttft|e2e|tpot|itl)(?:-(.*))?$")
+
+
 def parse_claim(text: str) -> ClaimSpec:
-    """Map a claim name, alias or phrase ("decode is compute-bound") to a :class:`ClaimSpec`."""
+    """Map a claim name, alias or phrase ("decode is compute-bound") to a :class:`ClaimSpec`; a claim
+    about the tail starts with its percentile and metric (``p99-ttft=network``, "p99 TTFT is queueing")."""
     norm = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    m = _TAIL_RE.match(norm)
+    if m:
+        return _tail_claim(text, m.group(1), m.group(2), m.group(3) or "")
+    return ClaimSpec(text, _claim_key(text, norm))
+
+
+def _tail_claim(text: str, level: str, metric: str, rest: str) -> ClaimSpec:
+    if not rest:
+        raise UsageError(f"claim {text!r}: say what the {level} {metric} is (e.g. {level}-{metric}=network)")
+    key = _claim_key(text, rest)
+    component = CLAIMS[key][0]
+    if key in ("compute-bound", "throughput"):
+        raise UsageError(f"claim {text!r}: {key} is about decode speed, not a tail; claims about a tail name a "
+                         "component (network, queue, prefill, ...)")
+    if metric in ("tpot", "itl"):
+        part = TAIL_DECODE_PARTS.get(key)
+        if part is None or (part == "client_side" and metric == "tpot"):
+            known = ", ".join(k for k in TAIL_DECODE_PARTS if not (metric == "tpot" and k == "network"))
+            raise UsageError(f"claim {text!r}: the {metric} tail is judged on the parts of decode; claims about it "
+                             f"are {known}")
+        component = part
+    elif metric == "ttft" and COMPONENTS.index(component) > COMPONENTS.index("prefill"):
+        raise UsageError(f"claim {text!r}: TTFT ends at the first token, before {component}; claim it about the "
+                         f"e2e tail ({level}-e2e={key})")
+    return ClaimSpec(text, key, scope_metric=metric, scope_level=level, tail_component=component)
+
+
+def _claim_key(text: str, norm: str) -> str:
     key = norm if norm in CLAIMS else CLAIM_ALIASES.get(norm)
     if key is None:
         key = next((k for word, k in _KEYWORDS if word in norm), None)
     if key is None:
         known = ", ".join([*CLAIMS, *CLAIM_ALIASES])
-        raise UsageError(f"unknown claim {text!r} (known: {known})")
-    return ClaimSpec(text, key)
+        raise UsageError(f"unknown claim {text!r} (known: {known}; about a tail: p99-ttft=network, "
+                         "p95-e2e=queue, p99-itl=prefill)")
+    return key

@@ -19,6 +19,12 @@
 -- ITL gaps come from the sample of the one ordered pass (tokens._tokens_gap_pass): every gap up to
 -- tail_itl_sample decode tokens, a deterministic 1-in-N sample beyond.
 
+-- A number of a feature or a part in text: counts and tokens whole, small values to 2 decimals.
+CREATE OR REPLACE MACRO _tail_num(x) AS CASE WHEN abs(x) >= 100 THEN _n(x) WHEN abs(x) >= 10 THEN _f(x, 1)
+    ELSE _f(x, 2) END;
+CREATE OR REPLACE MACRO _tail_metric(m) AS CASE m WHEN 'ttft' THEN 'TTFT' WHEN 'tpot' THEN 'TPOT'
+    WHEN 'itl' THEN 'ITL' ELSE m END;
+
 -- The components of each metric, in order; 99 is what they leave (the one list of decode parts).
 CREATE OR REPLACE TEMP TABLE _tail_parts AS
 SELECT 'e2e' AS metric, ordinal, component FROM _attribution_components
@@ -267,6 +273,7 @@ WHERE r.tpot_ms IS NOT NULL;
 -- @column tail_ms: Mean per member of the tail, milliseconds.
 -- @column delta_ms: tail_ms minus typical_ms, milliseconds.
 -- @column gap_share: delta_ms over the gap between the tail's and the typical group's means of the metric, as a fraction (0..1 when every part grows; negative for a part that shrank).
+-- @column text: The row in words with its numbers (what findings and claims quote).
 CREATE OR REPLACE TEMP TABLE tail_components AS
 WITH s AS (
     SELECT m.metric, m.level, l.ordinal, fsum(l.ms) AS total
@@ -297,12 +304,18 @@ c AS (
 u AS (
     SELECT metric, level, ordinal, component, measured, typical_ms, tail_ms, typical_mean, tail_mean FROM c
     UNION ALL
-    SELECT metric, level, 99, 'unattributed', true, max(typical_mean) - coalesce(sum(typical_ms), 0),
-        max(tail_mean) - coalesce(sum(tail_ms), 0), max(typical_mean), max(tail_mean)
+    -- to the nanosecond: a sum's last bits depend on the order the plan adds in, and a session's plan is not
+    -- a fresh connection's
+    SELECT metric, level, 99, 'unattributed', true, round(max(typical_mean) - coalesce(sum(typical_ms), 0), 6),
+        round(max(tail_mean) - coalesce(sum(tail_ms), 0), 6), max(typical_mean), max(tail_mean)
     FROM c GROUP BY metric, level
 )
 SELECT metric, level, ordinal, component, measured, typical_ms, tail_ms, tail_ms - typical_ms AS delta_ms,
-    (tail_ms - typical_ms) / nullif(tail_mean - typical_mean, 0) AS gap_share
+    (tail_ms - typical_ms) / nullif(tail_mean - typical_mean, 0) AS gap_share,
+    CASE WHEN measured THEN component || ' ' || _ms(tail_ms) || CASE metric WHEN 'itl' THEN ' per slow gap'
+        WHEN 'tpot' THEN ' per decode token of the tail' ELSE ' per tail request' END || ' against ' || _ms(typical_ms)
+        || ' typical = ' || _pct((tail_ms - typical_ms) / nullif(tail_mean - typical_mean, 0)) || ' of the gap'
+        ELSE component || ' not measured' END AS text
 FROM u
 ORDER BY CASE metric WHEN 'ttft' THEN 1 WHEN 'e2e' THEN 2 WHEN 'tpot' THEN 3 ELSE 4 END, level, ordinal;
 
@@ -367,6 +380,7 @@ CREATE OR REPLACE MACRO _tail_normal_sf(z) AS CASE WHEN z < 0 THEN 1.0 ELSE
 -- @column p_value: Two-sided Mann-Whitney p-value (normal approximation, ties corrected), Bonferroni-adjusted over the features compared at this metric and level, 0..1.
 -- @column separates: True when abs(cliffs_delta) is at least tail_effect_size, p_value below tail_significance and the tail has at least tail_min_requests requests.
 -- @column rank: Order of the features by separation (separating first, then by abs(cliffs_delta)).
+-- @column text: The row in words with its numbers and group sizes (what the summary and findings quote).
 CREATE OR REPLACE TEMP TABLE tail_features AS
 WITH y AS (
     SELECT l.level, m.metric, f.ordinal, f.feature, f.value, m.level = l.level AS in_tail
@@ -401,7 +415,7 @@ st AS (
     WHERE a.tail_n >= 1 AND a.typical_n >= 1
 ),
 p AS (
-    SELECT *, 2.0 * u1 / (tail_n * typical_n) - 1 AS cliffs_delta,
+    SELECT *, 2.0 * u1 / (tail_n * typical_n) - 1 AS cliffs_delta, tail_mean / nullif(typical_mean, 0) AS ratio_,
         CASE WHEN var_u > 0 THEN least(1.0, 2.0 * _tail_normal_sf(abs(u1 - tail_n * typical_n / 2.0) / sqrt(var_u))
             * count(*) OVER (PARTITION BY metric, level)) ELSE 1.0 END AS p_value
     FROM st
@@ -409,22 +423,21 @@ p AS (
 SELECT p.metric, p.level, p.ordinal, p.feature,
     coalesce(n.label, 'replica ' || substr(p.feature, 9)) AS label, coalesce(n.kind, 'share') AS kind,
     p.tail_n, p.typical_n, p.tail_mean, p.typical_mean, p.tail_median, p.typical_median,
-    p.tail_mean / nullif(p.typical_mean, 0) AS ratio, p.cliffs_delta, p.p_value,
+    p.ratio_ AS ratio, p.cliffs_delta, p.p_value,
     abs(p.cliffs_delta) >= t.tail_effect_size AND p.p_value < t.tail_significance AND p.tail_n >= t.tail_min_requests
         AS separates,
     row_number() OVER (PARTITION BY p.metric, p.level ORDER BY abs(p.cliffs_delta) >= t.tail_effect_size
         AND p.p_value < t.tail_significance AND p.tail_n >= t.tail_min_requests DESC, abs(p.cliffs_delta) DESC,
-        p.ordinal, p.feature) AS rank
+        p.ordinal, p.feature) AS rank,
+    CASE WHEN coalesce(n.kind, 'share') = 'share' THEN coalesce(n.label, 'replica ' || substr(p.feature, 9)) || ': '
+            || _pct(p.tail_mean) || ' of the tail vs ' || _pct(p.typical_mean) || ' of typical requests'
+        ELSE n.label || ' median ' || _tail_num(p.tail_median) || ' vs ' || _tail_num(p.typical_median)
+            || CASE WHEN p.ratio_ IS NOT NULL THEN ', mean ' || _f(p.ratio_, 1) || 'x' ELSE '' END END
+        || ' (Cliff''s delta ' || _f(p.cliffs_delta, 2) || ', ' || p.tail_n || ' vs ' || p.typical_n || ' requests)' AS text
 FROM p
 LEFT JOIN _tail_feature_names AS n USING (feature)
 CROSS JOIN _thresholds AS t
 ORDER BY CASE p.metric WHEN 'ttft' THEN 1 WHEN 'e2e' THEN 2 ELSE 3 END, p.level, rank;
-
--- A number of a feature or a part in text: counts and tokens whole, small values to 2 decimals.
-CREATE OR REPLACE MACRO _tail_num(x) AS CASE WHEN abs(x) >= 100 THEN _n(x) WHEN abs(x) >= 10 THEN _f(x, 1)
-    ELSE _f(x, 2) END;
-CREATE OR REPLACE MACRO _tail_metric(m) AS CASE m WHEN 'ttft' THEN 'TTFT' WHEN 'tpot' THEN 'TPOT'
-    WHEN 'itl' THEN 'ITL' ELSE m END;
 
 -- @table tail_summary
 -- One row per metric with a typical group: the tail the analysis explains (above p99 when it has at
@@ -444,30 +457,28 @@ CREATE OR REPLACE MACRO _tail_metric(m) AS CASE m WHEN 'ttft' THEN 'TTFT' WHEN '
 -- @column separating: Features that separate the tail from the typical requests (count; null for itl).
 -- @column components_text: The components that grew, largest first, with their shares of the gap.
 -- @column features_text: The features that separate the tail, strongest first (at most three), with effect sizes.
+-- @column head: The tail and its typical group in words: sizes, bounds, means and the gap.
 -- @column sentence: The tail in one sentence with its numbers.
 CREATE OR REPLACE TEMP TABLE tail_summary AS
 WITH g AS (
-    SELECT t.metric, c.n,
-        max(CASE WHEN t.level = 'typical' THEN t.n END) AS typical_n,
-        max(CASE WHEN t.level = 'typical' THEN t.mean_ms END) AS typical_ms,
-        max(CASE WHEN t.level = 'p95' THEN t.n END) AS n95, max(CASE WHEN t.level = 'p99' THEN t.n END) AS n99,
-        max(CASE WHEN t.level = 'typical' THEN t.lo_ms END) AS lo_ms, max(CASE WHEN t.level = 'typical' THEN t.hi_ms END) AS hi_ms
+    SELECT t.metric, any_value(c.n) AS n,
+        any_value(t.n) FILTER (WHERE t.level = 'typical') AS typical_n,
+        any_value(t.mean_ms) FILTER (WHERE t.level = 'typical') AS typical_ms,
+        any_value(t.n) FILTER (WHERE t.level = 'p95') AS n95, any_value(t.n) FILTER (WHERE t.level = 'p99') AS n99
     FROM tail_groups AS t JOIN _tail_cuts AS c USING (metric)
-    GROUP BY t.metric, c.n
-),
-l AS (
-    SELECT g.*, CASE WHEN g.n99 >= th.tail_min_requests THEN 'p99' WHEN g.n95 >= th.tail_min_requests THEN 'p95' END AS level,
-        th.tail_min_requests
-    FROM g CROSS JOIN _thresholds AS th
-    WHERE g.typical_n > 0
+    GROUP BY t.metric
 ),
 t AS (
-    SELECT l.*, tg.n AS tail_n, tg.lo_ms AS threshold_ms, tg.mean_ms AS tail_ms, tg.gap_ms,
+    SELECT g.*, CASE WHEN g.n99 >= th.tail_min_requests THEN 'p99' WHEN g.n95 >= th.tail_min_requests THEN 'p95' END
+            AS level, th.tail_min_requests,
+        tg.n AS tail_n, tg.lo_ms AS threshold_ms, tg.mean_ms AS tail_ms, tg.gap_ms,
         tg.first_gap_share, tg.with_prefill_share, tg.preempted_share,
-        ty.first_gap_share AS ty_first, ty.with_prefill_share AS ty_prefill, ty.preempted_share AS ty_preempted
-    FROM l
-    LEFT JOIN tail_groups AS tg ON tg.metric = l.metric AND tg.level = coalesce(l.level, 'p95')
-    LEFT JOIN tail_groups AS ty ON ty.metric = l.metric AND ty.level = 'typical'
+        ty.first_gap_share AS ty_first, ty.with_prefill_share AS ty_prefill
+    FROM g CROSS JOIN _thresholds AS th
+    LEFT JOIN tail_groups AS tg ON tg.metric = g.metric
+        AND tg.level = CASE WHEN g.n99 >= th.tail_min_requests THEN 'p99' ELSE 'p95' END
+    LEFT JOIN tail_groups AS ty ON ty.metric = g.metric AND ty.level = 'typical'
+    WHERE g.typical_n > 0
 ),
 c AS (
     SELECT t.metric,
@@ -480,35 +491,34 @@ c AS (
 ),
 f AS (
     SELECT t.metric, count(*) FILTER (WHERE f.separates) AS separating,
-        string_agg(CASE WHEN f.kind = 'share'
-                THEN f.label || ': ' || _pct(f.tail_mean) || ' of the tail vs ' || _pct(f.typical_mean) || ' of typical requests'
-                ELSE f.label || ' median ' || _tail_num(f.tail_median) || ' vs ' || _tail_num(f.typical_median)
-                    || CASE WHEN f.ratio IS NOT NULL THEN ' (mean ' || _f(f.ratio, 1) || 'x)' ELSE '' END END
-            || ', Cliff''s delta ' || _f(f.cliffs_delta, 2), '; ' ORDER BY f.rank)
-            FILTER (WHERE f.separates AND f.rank <= 3) AS features_text
+        string_agg(f.text, '; ' ORDER BY f.rank) FILTER (WHERE f.separates AND f.rank <= 3) AS features_text
     FROM t JOIN tail_features AS f ON f.metric = t.metric AND f.level = t.level
     GROUP BY t.metric
+),
+h AS (
+    SELECT t.*, c.top_component, c.top_share, c.components_text, f.features_text,
+        CASE WHEN t.metric <> 'itl' AND t.level IS NOT NULL THEN coalesce(f.separating, 0) END AS separating,
+        CASE WHEN t.metric = 'itl' THEN ' gaps' ELSE ' requests' END AS unit,
+        coalesce(t.level, 'p95') || ' ' || _tail_metric(t.metric) || ' (' || t.tail_n
+            || CASE WHEN t.metric = 'itl' THEN ' gaps' ELSE ' requests' END || ' above ' || _ms(t.threshold_ms) || ', mean '
+            || _ms(t.tail_ms) || ', against ' || t.typical_n || ' typical (p40-p60), mean ' || _ms(t.typical_ms) || ': +'
+            || _ms(t.gap_ms) || ')' AS head
+    FROM t LEFT JOIN c USING (metric) LEFT JOIN f USING (metric)
 )
-SELECT t.metric, t.level, t.n, t.typical_n, t.tail_n, t.threshold_ms, t.typical_ms, t.tail_ms, t.gap_ms,
-    c.top_component, c.top_share, CASE WHEN t.metric <> 'itl' AND t.level IS NOT NULL THEN coalesce(f.separating, 0) END
-        AS separating,
-    c.components_text, f.features_text,
-    CASE WHEN t.level IS NULL THEN _tail_metric(t.metric) || ': ' || _n(coalesce(t.tail_n, 0)) || CASE WHEN t.metric = 'itl'
-            THEN ' sampled gaps' ELSE ' requests' END || ' above p95, fewer than tail_min_requests ('
-            || _n(t.tail_min_requests) || '): too few to say what the tail has in common'
-        ELSE t.level || ' ' || _tail_metric(t.metric) || ': ' || _n(t.tail_n)
-            || CASE WHEN t.metric = 'itl' THEN ' gaps' ELSE ' requests' END || ' above ' || _ms(t.threshold_ms)
-            || ' (mean ' || _ms(t.tail_ms) || ') against ' || _n(t.typical_n) || ' typical (p40-p60, mean '
-            || _ms(t.typical_ms) || '): +' || _ms(t.gap_ms)
-            || coalesce(', ' || c.components_text, '')
-            || CASE WHEN t.metric = 'itl' THEN
-                CASE WHEN t.with_prefill_share IS NOT NULL THEN '; ' || _pct(t.with_prefill_share) || ' of them waited '
-                    || 'through or shared a step with prefill (typical ' || _pct(t.ty_prefill) || ')' ELSE '' END
-                || CASE WHEN t.preempted_share > 0 THEN '; ' || _pct(t.preempted_share) || ' were preemption stalls' ELSE '' END
-                || CASE WHEN t.with_prefill_share IS NULL THEN '; by phase: ' || _pct(t.first_gap_share)
-                    || ' are their request''s first gap after token 0 (typical ' || _pct(t.ty_first) || ')' ELSE '' END
-            WHEN f.features_text IS NOT NULL THEN '; in common: ' || f.features_text
+SELECT metric, level, n, typical_n, tail_n, threshold_ms, typical_ms, tail_ms, gap_ms, top_component, top_share,
+    separating, components_text, features_text, head,
+    CASE WHEN level IS NULL THEN head || ': fewer than tail_min_requests (' || tail_min_requests::BIGINT || ')'
+            || unit || ': too few to say what the tail has in common'
+        ELSE head || coalesce(': ' || components_text, '')
+            || CASE WHEN metric = 'itl' THEN
+                CASE WHEN with_prefill_share IS NOT NULL THEN '; ' || _pct(with_prefill_share) || ' of them waited '
+                    || 'through or shared a step with prefill (typical ' || _pct(ty_prefill) || ')'
+                    || CASE WHEN preempted_share > 0 THEN ', ' || _pct(preempted_share) || ' were preemption stalls'
+                        ELSE '' END
+                ELSE '; by phase: ' || _pct(first_gap_share) || ' are their request''s first gap after token 0 (typical '
+                    || _pct(ty_first) || ')' END
+            WHEN features_text IS NOT NULL THEN '; in common: ' || features_text
             ELSE '; no feature separates them from typical requests: a tail of noise' END
     END AS sentence
-FROM t LEFT JOIN c USING (metric) LEFT JOIN f USING (metric)
-ORDER BY CASE t.metric WHEN 'ttft' THEN 1 WHEN 'e2e' THEN 2 WHEN 'tpot' THEN 3 ELSE 4 END;
+FROM h
+ORDER BY CASE metric WHEN 'ttft' THEN 1 WHEN 'e2e' THEN 2 WHEN 'tpot' THEN 3 ELSE 4 END;
