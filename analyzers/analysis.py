@@ -21,7 +21,6 @@ import pyarrow as pa
 
 from analyzers.connection import Session, TraceArg, connect, is_small, labels_for, load_traces
 from analyzers.engine import engine_json, fill_components
-from analyzers.tail import tail_json
 from analyzers.params import (
     ClaimSpec,
     RooflineInputs,
@@ -29,6 +28,7 @@ from analyzers.params import (
     parse_claim,
     roofline_inputs,
 )
+from analyzers.tail import tail_json
 from tracetool.errors import BadInput
 from tracetool.reader import Trace
 from tracetool.schema import COMPONENTS
@@ -191,7 +191,7 @@ class Analysis:
         fill_components(body["components"], body["engine"], body["e2e_ms"]["mean"])
         # the tail against typical requests (module tail)
         body["tail"] = tail_json(self.rows("tail_groups"), self.rows("tail_components"), self.rows("tail_features"),
-                                 self.rows("tail_summary"))
+                                 self.rows("tail_summary"), self.thresholds.tail_min_requests)
         told = self.one("engine_headline")
         if body["bottleneck"] is None and told.get("headline"):
             # no per-request server component, but the engine's histograms: say what they say

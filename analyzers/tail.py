@@ -24,12 +24,13 @@ def _num(x: Any) -> float | None:
 
 
 def tail_json(groups: list[dict[str, Any]], components: list[dict[str, Any]], features: list[dict[str, Any]],
-              summary: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The ``tail`` object from those tables' rows; None when no metric has a typical group."""
+              summary: list[dict[str, Any]], min_requests: float) -> dict[str, Any] | None:
+    """The ``tail`` object from those tables' rows; None when no metric has a typical group.
+    ``min_requests``: the threshold tail_min_requests (a smaller tail is shown, never explained)."""
     by_metric = {r["metric"]: r for r in summary}
     if not by_metric:
         return None
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"min_requests": int(min_requests)}
     for m in METRICS:
         s = by_metric.get(m)
         if s is None:
@@ -83,25 +84,4 @@ def _feature(f: dict[str, Any]) -> dict[str, Any]:
             "separates": bool(f["separates"]), "rank": f["rank"]}
 
 
-def tail_of(doc: dict[str, Any], metric: str, level: str) -> dict[str, Any] | None:
-    """The tail group ``level`` (p95, p99) of ``metric`` in an analysis document, when it has one."""
-    t = (doc.get("tail") or {}).get(metric) or {}
-    return t.get(level)
-
-
-def moved(a: dict[str, Any] | None, b: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """Between two runs' tail groups of one metric and level (``tail_of``): per measured component,
-    its mean per tail request in each and the change, largest change first."""
-    if not a or not b:
-        return []
-    out = []
-    for name, cb in b["components"].items():
-        ca = a["components"].get(name) or {}
-        if not (cb.get("measured") and ca.get("measured")) or cb["tail_ms"] is None or ca["tail_ms"] is None:
-            continue
-        out.append({"component": name, "a_ms": ca["tail_ms"], "b_ms": cb["tail_ms"],
-                    "delta_ms": cb["tail_ms"] - ca["tail_ms"]})
-    return sorted(out, key=lambda x: -abs(x["delta_ms"]))
-
-
-__all__ = ["LEVELS", "METRICS", "moved", "tail_json", "tail_of"]
+__all__ = ["LEVELS", "METRICS", "tail_json"]

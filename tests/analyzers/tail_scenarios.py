@@ -17,7 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from analyzer_scenarios import CLIENT_OFFSET, MS, spans, tokens, write_trace
+
+try:  # as tests/analyzers' sibling modules import each other, and from tests elsewhere
+    from analyzer_scenarios import CLIENT_OFFSET, MS, spans, tokens, write_trace
+except ImportError:
+    from tests.analyzers.analyzer_scenarios import CLIENT_OFFSET, MS, spans, tokens, write_trace
 
 
 @dataclass
@@ -124,15 +128,16 @@ def queue_bursts(directory: Path, n: int = 1000, seed: int = 0, burstiness: floa
     return write(directory, reqs)
 
 
-def long_prompts(directory: Path, n: int = 1000, seed: int = 1, share: float = 0.02) -> Written:
+def long_prompts(directory: Path, n: int = 1000, seed: int = 1, share: float = 0.02,
+                 prefill_per_token: float = 0.03) -> Written:
     """A lightly loaded server (no queue): prompts of 200-1,500 tokens and a few (``share``) of 30,000;
-    prefill takes 0.03 ms per prompt token."""
+    prefill takes ``prefill_per_token`` ms per prompt token."""
     rng = random.Random(seed)
     reqs = []
     for t in _arrivals(rng, n, rate_per_s=4.0):
         prompt = 30_000 if rng.random() < share else rng.randint(200, 1500)
         reqs.append(TReq(intended=t, network=_jitter(rng, 2.0), tokenize=prompt * 0.001,
-                         prefill=_jitter(rng, prompt * 0.03), itl=_jitter(rng, 15.0), prompt=prompt))
+                         prefill=_jitter(rng, prompt * prefill_per_token), itl=_jitter(rng, 15.0), prompt=prompt))
     return write(directory, reqs)
 
 

@@ -205,7 +205,7 @@ def batched(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def test_prefill_interference_is_behind_the_itl_spikes(batched: dict[str, Any]) -> None:
-    sim, doc = batched["interference"]
+    _, doc = batched["interference"]
     named = _named(doc)
     assert "tail-prefill-interference" in named and named["tail-prefill-interference"].startswith("p99 ITL")
     itl = doc["tail"]["itl"]

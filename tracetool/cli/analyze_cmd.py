@@ -163,6 +163,8 @@ def print_analysis(doc: dict[str, Any]) -> None:
              f"{sl['requests']} requests met it ({fmt_pct(sl['attainment'])}), goodput "
              f"{'-' if sl['goodput_rps'] is None else format(sl['goodput_rps'], '.2f')} req/s: "
              + ("met" if sl["met"] else f"NOT met (needs {fmt_pct(sl['attainment_target'])})"))
+    if doc.get("tail"):
+        _print_tail(doc["tail"])
     if doc["findings"]:
         echo("")
         echo("findings")
@@ -269,3 +271,13 @@ def _print_engine(e: dict[str, Any]) -> None:
             continue
         pct = f", {bucketed_percentiles(t, fmt_ms)}" if t.get("bucketed") else ""
         click.echo(f"  {concept + ' time':<14} mean {fmt_ms(t.get('mean'))} over {t.get('n')} requests{pct}")
+
+
+def _print_tail(tail: dict[str, Any]) -> None:
+    """The tail against typical requests (p40-p60): per metric, what is explained and where its time is."""
+    click.echo("")
+    click.echo("the tail (above p99, else p95, against the typical p40-p60 requests; share of the gap)")
+    for metric in ("ttft", "e2e", "tpot", "itl"):
+        t = tail.get(metric)
+        if t:
+            click.echo(f"  {t['sentence']}")
