@@ -500,7 +500,8 @@ h AS (
         CASE WHEN t.metric <> 'itl' AND t.level IS NOT NULL THEN coalesce(f.separating, 0) END AS separating,
         CASE WHEN t.metric = 'itl' THEN ' gaps' ELSE ' requests' END AS unit,
         coalesce(t.level, 'p95') || ' ' || _tail_metric(t.metric) || ' (' || _n(t.tail_n)
-            || CASE WHEN t.metric = 'itl' THEN ' gaps' ELSE ' requests' END || ' above ' || _ms(t.threshold_ms) || ', mean '
+            || CASE WHEN t.metric = 'itl' THEN ' gap' ELSE ' request' END || CASE WHEN t.tail_n = 1 THEN '' ELSE 's' END
+            || ' above ' || _ms(t.threshold_ms) || ', mean '
             || _ms(t.tail_ms) || ', against ' || _n(t.typical_n) || ' typical (p40-p60), mean ' || _ms(t.typical_ms) || ': +'
             || _ms(t.gap_ms) || ')' AS head
     FROM t LEFT JOIN c USING (metric) LEFT JOIN f USING (metric)

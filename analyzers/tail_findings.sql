@@ -103,15 +103,15 @@ x AS (
     {'id': 'tail-prefill-interference', 'prio': CASE WHEN s.metric = 'itl' THEN 0 ELSE s.prio END,
         'detail': CASE WHEN s.metric IN ('itl', 'tpot') AND c.p.measured AND c.p.gap_share >= t.tail_component_share
         THEN s.head || ': co-scheduled prefill, ' || c.p.text
-            || CASE WHEN s.metric = 'itl' AND g.with_prefill_share IS NOT NULL THEN '; ' || round(100 * g.with_prefill_share)
+            || CASE WHEN s.metric = 'itl' AND g.with_prefill_share IS NOT NULL THEN '; ' || round(100 * g.with_prefill_share)::BIGINT
                 || ' % of the slow gaps waited through or shared a step with prefill work, against '
-                || round(100 * ty.with_prefill_share) || ' % of typical gaps' ELSE '' END
+                || round(100 * ty.with_prefill_share)::BIGINT || ' % of typical gaps' ELSE '' END
             || ': cap the prefill work per step (vLLM --enable-chunked-prefill with a smaller max_num_batched_tokens, '
             || 'SGLang --chunked-prefill-size) or disaggregate prefill' END},
     {'id': 'tail-preemption', 'prio': CASE WHEN s.metric = 'itl' THEN 0 ELSE s.prio END,
         'detail': CASE WHEN s.metric IN ('itl', 'tpot') AND c.ns.measured AND c.ns.gap_share >= t.tail_component_share
         THEN s.head || ': preemption stalls (no step while the engine kept stepping), ' || c.ns.text
-            || CASE WHEN s.metric = 'itl' AND g.preempted_share IS NOT NULL THEN '; ' || round(100 * g.preempted_share)
+            || CASE WHEN s.metric = 'itl' AND g.preempted_share IS NOT NULL THEN '; ' || round(100 * g.preempted_share)::BIGINT
                 || ' % of the slow gaps are stalls' ELSE '' END
             || '; the KV cache ran out of room: more KV-cache memory, fewer sequences at once (vLLM --max-num-seqs) '
             || 'or shorter outputs' END},

@@ -342,3 +342,26 @@ async def test_live_source_refreshes_in_the_worker_without_piling_up(chat: Path)
         await pilot.press("q")
     assert app.return_code == 0
     assert sys.getswitchinterval() == before, "the process's switch interval is restored"
+
+
+async def test_the_tail_screen_shows_what_the_analysis_explains(tailq: Path, make_app: Any) -> None:
+    """``6``: the tail findings, then per metric the tail against typical requests, from the analysis' tail."""
+    from tracetool.tui.screens.tail import TailScreen
+    from tracetool.tui.widgets.tail import TailPanel
+
+    app = make_app(tailq)
+    async with app.run_test(size=(160, 60)) as pilot:
+        await settle(pilot)
+        await pilot.press("6")
+        await settle(pilot)
+        assert isinstance(app.screen, TailScreen)
+        doc = next(iter(app.snapshot.views.values())).doc
+        text = screen_text(app)
+        assert "tail-queue-bursts" in text
+        panels = {p.metric: p for p in app.screen.query(TailPanel)}
+        assert set(panels) == {"ttft", "e2e", "tpot", "itl"}
+        ttft = panels["ttft"]._tail
+        assert ttft == doc["tail"]["ttft"]  # the screen shows the analysis' object as it is
+        assert ttft["explained"] == "p95" and ttft["top_component"] == "queue"  # 400 requests: 4 above p99
+        assert ttft["sentence"][:40] in text
+        assert "✓ separates" in text and "requests in flight at arrival" in text

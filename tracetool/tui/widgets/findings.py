@@ -13,7 +13,7 @@ from textual.widgets import Static
 class Findings(Vertical):
     """Findings of the analysis (docs/findings.md), as the analyzer wrote them."""
 
-    def show(self, findings: Sequence[dict[str, Any]]) -> None:
+    def show(self, findings: Sequence[dict[str, Any]], empty: Content | None = None) -> None:
         blocks: list[Static] = []
         for f in findings:
             warn = f["severity"] == "warning"
@@ -22,7 +22,7 @@ class Findings(Vertical):
                                  classes="finding"))
             blocks.append(Static(Content.styled(f["detail"], "$text-muted"), classes="evidence"))
         if not blocks:
-            blocks.append(Static(Content.styled("no findings fired", "$text-muted")))
+            blocks.append(Static(empty or Content.styled("no findings fired", "$text-muted")))
         with self.app.batch_update():
             self.remove_children()
             self.mount_all(blocks)
