@@ -410,6 +410,25 @@ def _tail_claim(text: str, level: str, metric: str, rest: str) -> ClaimSpec:
     return ClaimSpec(text, key, scope_metric=metric, scope_level=level, tail_component=component)
 
 
+def tail_claims() -> list[str]:
+    """Every claim about a tail the analyzer can judge (``p99-ttft=network``...): per tail, metric and
+    component claim that fits it (the TUI asks for all of them up front, as for the mean claims)."""
+    out = []
+    for level in TAIL_LEVELS:
+        for metric in TAIL_METRICS:
+            for key, (component, _) in CLAIMS.items():
+                if key in ("compute-bound", "throughput"):
+                    continue
+                if metric in ("tpot", "itl"):
+                    part = TAIL_DECODE_PARTS.get(key)
+                    if part is None or (part == "client_side" and metric == "tpot"):
+                        continue
+                elif metric == "ttft" and COMPONENTS.index(component) > COMPONENTS.index("prefill"):
+                    continue
+                out.append(f"{level}-{metric}={key}")
+    return out
+
+
 def _claim_key(text: str, norm: str) -> str:
     key = norm if norm in CLAIMS else CLAIM_ALIASES.get(norm)
     if key is None:

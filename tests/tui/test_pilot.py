@@ -365,3 +365,16 @@ async def test_the_tail_screen_shows_what_the_analysis_explains(tailq: Path, mak
         assert ttft["explained"] == "p95" and ttft["top_component"] == "queue"  # 400 requests: 4 above p99
         assert ttft["sentence"][:40] in text
         assert "✓ separates" in text and "requests in flight at arrival" in text
+
+
+def test_a_story_about_the_tail_gets_the_tails_verdict(snap: Any, tailq: Path) -> None:
+    """"p95 TTFT is the network" is judged on the p95 TTFT tail (module tail), not on the mean request."""
+    from tracetool.tui.story import judge
+
+    view = next(iter(snap(tailq).views.values()))
+    tail = judge(view, "p95 TTFT is the network")
+    mean = judge(view, "it's the network")
+    assert tail.detail != mean.detail and tail.detail.startswith("p95 TTFT:")
+    assert tail.verdict == "misdiagnosis" and "tail" in tail.statement
+    assert judge(view, "p95-ttft=queue").verdict == "supported"
+    assert {f["id"] for f in tail.findings} == {"tail-queue-bursts"}

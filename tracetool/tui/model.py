@@ -52,9 +52,10 @@ class View:
     doc: dict[str, Any]
     lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
-    def claim(self, key: str) -> dict[str, Any] | None:
-        """The analyzer's verdict row (``claims`` table) for a claim key."""
-        return next((r for r in self.analysis.rows("claims") if r["key"] == key), None)
+    def claim(self, key: str, scope: str | None = None) -> dict[str, Any] | None:
+        """The analyzer's verdict row (``claims`` table) for a claim key, about the mean request or, with a
+        ``scope`` (``p99-ttft``), about that tail."""
+        return next((r for r in self.analysis.rows("claims") if r["key"] == key and r["scope"] == scope), None)
 
 
 @dataclass
@@ -93,10 +94,11 @@ class Snapshot:
 
 
 def story_keys() -> list[str]:
-    """Every claim key the analyzer knows, in its catalogue's order."""
+    """Every claim key the analyzer knows, in its catalogue's order, then every claim about a tail."""
     from analyzers import CLAIMS
+    from analyzers.params import tail_claims
 
-    return list(CLAIMS)
+    return [*CLAIMS, *tail_claims()]
 
 
 class Sessions:
