@@ -175,8 +175,9 @@ def print_analysis(doc: dict[str, Any]) -> None:
         echo("")
         echo("claims")
         for c in doc["claims"]:
+            of = f"of the {c['scope']} tail's gap" if c.get("scope") else "of e2e"
             echo(f"  {_VERDICT_MARK.get(c['verdict'], '-')} \"{c['claim']}\": {c['verdict']} "
-                 f"({fmt_pct(c['share'])} of e2e)")
+                 f"({fmt_pct(c['share'])} {of})")
             echo(f"      {c['detail']}")
     if len(traces) > 1 and "requests" in traces[0]:
         echo("")

@@ -86,7 +86,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
         out.append("")
     if doc["claims"]:
         out += ["### Claims", ""]
-        rows = [[f"“{c['claim']}”", f"{VERDICT_MARK.get(c['verdict'], '')} {c['verdict']}", fmt.share(c["share"]),
+        rows = [[f"“{c['claim']}”", f"{VERDICT_MARK.get(c['verdict'], '')} {c['verdict']}",
+                 fmt.share(c["share"]) + (f" of the {c['scope']} tail's gap" if c.get("scope") else ""),
                  c["detail"]] for c in doc["claims"]]
         out += table(["claim", "verdict", "share of e2e", "evidence"], rows, "llrl")
         out.append("")

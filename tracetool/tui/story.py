@@ -68,7 +68,7 @@ def diagnosis(view: View) -> list[DiagnosisRow]:
     A suspect made of two components (pre/post-processing) shows the stronger
     verdict, the summed measured share and both evidence lines.
     """
-    claims = {r["key"]: r for r in view.analysis.rows("claims")}
+    claims = {r["key"]: r for r in view.analysis.rows("claims") if r["scope"] is None}  # about the mean request
     fired = {f["id"]: f for f in view.doc.get("findings", [])}
     rows = []
     for s in SUSPECTS:
