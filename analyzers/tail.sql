@@ -65,7 +65,7 @@ UNION ALL SELECT m.metric, 99, 'unattributed' FROM (VALUES ('e2e'), ('ttft'), ('
 -- @column retried: Feature: 1 when the request was retried (client.retry), else 0; null without a client.request.
 -- @column preemptions: Feature: times it was preempted (no step for preemption_min_steps decode iterations) (count); null without a steps table.
 -- @column cached_share: Feature: prompt tokens served from the prefix cache over prompt tokens, 0..1; null when not reported.
--- @column client_lag_ms: Feature: the load client's event-loop stalls (client.loop_lag) overlapping the request, milliseconds; null when its trace has none.
+-- @column client_lag_share: Feature: share of the request's time (arrival to end) that the load client's event loop was stalled (client.loop_lag), 0..1: a share, as a long request overlaps more stalls by its length alone; null when its trace has none.
 CREATE OR REPLACE TEMP TABLE tail_requests AS
 WITH a AS (
     SELECT trace, request_id, request_key, ttft_ms, e2e_ms, tpot_ms, output_tokens, prompt_tokens, start_ns, end_ns
@@ -161,7 +161,8 @@ SELECT r.trace, r.request_id, r.request_key, r.ttft_ms, r.e2e_ms, r.tpot_ms,
     CASE WHEN r.arrival_clock = 'client' THEN CASE WHEN r.retries > 0 THEN 1 ELSE 0 END END AS retried,
     CASE WHEN r.step_match_min <= 1 THEN r.step_stalls END AS preemptions,
     r.cached / nullif(r.prompt_tokens, 0) AS cached_share,
-    CASE WHEN r.has_lag AND r.arrival_clock = 'client' THEN coalesce(lag.lag_ms, 0) END AS client_lag_ms
+    CASE WHEN r.has_lag AND r.arrival_clock = 'client' AND r.done_ns > r.arrival_ns
+        THEN coalesce(lag.lag_ms, 0) * 1e6 / (r.done_ns - r.arrival_ns) END AS client_lag_share
 FROM r
 LEFT JOIN bu USING (trace, request_id)
 LEFT JOIN fl USING (trace, request_id)
@@ -334,7 +335,7 @@ SELECT * FROM (VALUES
     (9, 'preemptions', 'preemptions', 'number'),
     (10, 'prefill_ms', 'co-scheduled prefill per decode token (ms)', 'number'),
     (11, 'cached_share', 'prompt share from the prefix cache', 'number'),
-    (12, 'client_lag_ms', 'load-client loop lag during the request (ms)', 'number')
+    (12, 'client_lag_share', 'share of the request in load-client loop stalls', 'number')
 ) AS v(ordinal, feature, label, kind);
 
 -- Each request's features as rows; the replica as one 0/1 feature per replica when there are several.
@@ -344,7 +345,7 @@ SELECT * FROM (
             WHEN 1 THEN r.prompt_tokens WHEN 2 THEN r.output_tokens WHEN 3 THEN r.arrival_s WHEN 4 THEN r.arrivals_1s
             WHEN 5 THEN r.in_flight WHEN 6 THEN r.engine_waiting WHEN 7 THEN r.new_connection WHEN 8 THEN r.retried
             WHEN 9 THEN r.preemptions WHEN 10 THEN r.prefill_ms WHEN 11 THEN r.cached_share
-            WHEN 12 THEN r.client_lag_ms END::DOUBLE AS value
+            WHEN 12 THEN r.client_lag_share END::DOUBLE AS value
     FROM tail_requests AS r CROSS JOIN _tail_feature_names AS f
 ) AS x WHERE value IS NOT NULL
 UNION ALL

@@ -69,7 +69,7 @@ f AS (  -- the separating features the findings name (for the load, all of them)
         any_value(f) FILTER (WHERE f.feature = 'prompt_tokens' AND f.cliffs_delta > 0) AS prompt,
         any_value(f) FILTER (WHERE f.feature = 'output_tokens' AND f.cliffs_delta > 0) AS output,
         any_value(f) FILTER (WHERE f.feature = 'new_connection' AND f.cliffs_delta > 0) AS conn,
-        any_value(f) FILTER (WHERE f.feature = 'client_lag_ms' AND f.cliffs_delta > 0) AS lag,
+        any_value(f) FILTER (WHERE f.feature = 'client_lag_share' AND f.cliffs_delta > 0) AS lag,
         arg_max(f, f.cliffs_delta) FILTER (WHERE f.feature LIKE 'replica=%' AND f.cliffs_delta > 0) AS replica
     FROM tail_features AS f JOIN s ON s.metric = f.metric AND s.level = f.level
     WHERE f.separates

@@ -133,9 +133,9 @@ def test_feature_effect_sizes_are_cliffs_delta_and_mann_whitney(made: dict[str, 
 def test_client_stalls_quote_the_loop_lag(made: dict[str, Any]) -> None:
     _, doc = made["client_stalls"]
     d = _named(doc)["tail-client-delay"]
-    assert "load-client loop lag during the request" in d
+    assert "share of the request in load-client loop stalls" in d
     feats = {f["feature"]: f for f in doc["tail"]["ttft"]["p99"]["features"]}
-    assert feats["client_lag_ms"]["separates"] and feats["client_lag_ms"]["cliffs_delta"] > 0.9
+    assert feats["client_lag_share"]["separates"] and feats["client_lag_share"]["cliffs_delta"] > 0.9
 
 
 def test_claims_about_the_tail(made: dict[str, Any], tmp_path: Path) -> None:
