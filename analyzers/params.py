@@ -102,7 +102,7 @@ class Thresholds:
     tail_ratio: float = 2
     #: ITL gaps the ITL tail keeps at most: beyond, a deterministic 1-in-N sample of the gaps (N the smallest
     #: that keeps at most this many decode tokens).
-    tail_itl_sample: float = 100_000
+    tail_itl_sample: float = 50_000
     # -- engine metrics (module engine: a server's scraped /metrics) --
     #: Requests waiting at one scrape at or above this: the engine queued requests.
     engine_waiting_requests: float = 1

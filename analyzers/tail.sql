@@ -389,37 +389,39 @@ WITH y AS (
     JOIN _tail_feature_values AS f USING (trace, request_id)
     JOIN (VALUES ('p95'), ('p99')) AS l(level) ON m.level IN (l.level, 'typical')
 ),
-rk AS (
-    SELECT *, rank() OVER (PARTITION BY metric, level, feature ORDER BY value) AS r0,
-        count(*) OVER (PARTITION BY metric, level, feature, value) AS ties
-    FROM y
+-- per distinct value, its count in each group and the typical members below it: the Mann-Whitney U of
+-- the tail (pairs it wins, ties counting half) and the tie correction, without ranking every member
+v AS (
+    SELECT metric, level, feature, value, min(ordinal) AS ordinal,
+        count(*) FILTER (WHERE in_tail) AS n1, count(*) FILTER (WHERE NOT in_tail) AS n2
+    FROM y GROUP BY metric, level, feature, value
 ),
-a AS (
-    SELECT metric, level, min(ordinal) AS ordinal, feature,
-        count(*) FILTER (WHERE in_tail) AS tail_n, count(*) FILTER (WHERE NOT in_tail) AS typical_n,
-        sum(r0 + (ties - 1) / 2.0) FILTER (WHERE in_tail) AS r1,
-        favg(value) FILTER (WHERE in_tail) AS tail_mean, favg(value) FILTER (WHERE NOT in_tail) AS typical_mean,
-        quantile_cont(value, 0.5) FILTER (WHERE in_tail) AS tail_median,
-        quantile_cont(value, 0.5) FILTER (WHERE NOT in_tail) AS typical_median
-    FROM rk GROUP BY metric, level, feature
-),
-ti AS (  -- ties: the sum over tied values of t^3 - t
-    SELECT metric, level, feature, sum(t * t * t - t) AS tc
-    FROM (SELECT metric, level, feature, value, count(*)::DOUBLE AS t FROM y GROUP BY metric, level, feature, value) AS x
-    GROUP BY metric, level, feature
+w AS (
+    SELECT *, coalesce(sum(n2) OVER (PARTITION BY metric, level, feature ORDER BY value
+                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS below2
+    FROM v
 ),
 st AS (
-    SELECT a.*, a.tail_n + a.typical_n AS n, r1 - tail_n * (tail_n + 1) / 2.0 AS u1,
-        tail_n * typical_n / 12.0 * ((tail_n + typical_n + 1)
-            - ti.tc / ((tail_n + typical_n) * (tail_n + typical_n - 1.0))) AS var_u
-    FROM a JOIN ti USING (metric, level, feature)
-    WHERE a.tail_n >= 1 AND a.typical_n >= 1
+    SELECT metric, level, feature, min(ordinal) AS ordinal, sum(n1)::BIGINT AS tail_n, sum(n2)::BIGINT AS typical_n,
+        sum(n1 * (below2 + 0.5 * n2)) AS u1, sum((n1 + n2) * (n1 + n2) * (n1 + n2) - (n1 + n2)) AS tc,
+        sum(n1 * value) / nullif(sum(n1), 0) AS tail_mean, sum(n2 * value) / nullif(sum(n2), 0) AS typical_mean
+    FROM w GROUP BY metric, level, feature
+),
+md AS (
+    SELECT metric, level, feature, quantile_cont(value, 0.5) FILTER (WHERE in_tail) AS tail_median,
+        quantile_cont(value, 0.5) FILTER (WHERE NOT in_tail) AS typical_median
+    FROM y GROUP BY metric, level, feature
 ),
 p AS (
-    SELECT *, 2.0 * u1 / (tail_n * typical_n) - 1 AS cliffs_delta, tail_mean / nullif(typical_mean, 0) AS ratio_,
-        CASE WHEN var_u > 0 THEN least(1.0, 2.0 * _tail_normal_sf(abs(u1 - tail_n * typical_n / 2.0) / sqrt(var_u))
-            * count(*) OVER (PARTITION BY metric, level)) ELSE 1.0 END AS p_value
-    FROM st
+    SELECT st.*, md.tail_median, md.typical_median,
+        2.0 * u1 / (tail_n * typical_n) - 1 AS cliffs_delta, tail_mean / nullif(typical_mean, 0) AS ratio_,
+        CASE WHEN tail_n * typical_n / 12.0 * ((tail_n + typical_n + 1) - tc / ((tail_n + typical_n) * (tail_n + typical_n - 1.0))) > 0
+            THEN least(1.0, 2.0 * _tail_normal_sf(abs(u1 - tail_n * typical_n / 2.0)
+                / sqrt(tail_n * typical_n / 12.0 * ((tail_n + typical_n + 1)
+                       - tc / ((tail_n + typical_n) * (tail_n + typical_n - 1.0)))))
+                * count(*) OVER (PARTITION BY st.metric, st.level)) ELSE 1.0 END AS p_value
+    FROM st JOIN md USING (metric, level, feature)
+    WHERE tail_n >= 1 AND typical_n >= 1
 )
 SELECT p.metric, p.level, p.ordinal, p.feature,
     coalesce(n.label, 'replica ' || substr(p.feature, 9)) AS label, coalesce(n.kind, 'share') AS kind,
