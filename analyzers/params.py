@@ -371,9 +371,9 @@ _KEYWORDS = (("compute", "compute-bound"), ("flop", "compute-bound"), ("thousand
              ("rerank", "postprocess"), ("decode", "decode"))
 
 
-#: Tail claims: the metrics and tails they may name, and, for TPOT and ITL (judged on the decode parts of the
-#: step accounting), the part each claim key stands for; a key without one is a usage error there.
-TAIL_METRICS = ("ttft", "e2e", "tpot", "itl")
+#: Tail claims: the metrics and tails they may name (not TPOT, split per request into preempted time only), and
+#: for ITL (judged on the decode parts of the step accounting) the part each claim key stands for.
+TAIL_METRICS = ("ttft", "e2e", "itl")
 TAIL_LEVELS = ("p95", "p99")
 TAIL_DECODE_PARTS = {"prefill": "prefill", "decode": "own_step", "network": "client_side"}
 _TAIL_RE = re.compile(r"^(p95|p99)-(ttft|e2e|tpot|itl)(?:-(.*))?$")
@@ -397,12 +397,14 @@ def _tail_claim(text: str, level: str, metric: str, rest: str) -> ClaimSpec:
     if key in ("compute-bound", "throughput"):
         raise UsageError(f"claim {text!r}: {key} is about decode speed, not a tail; claims about a tail name a "
                          "component (network, queue, prefill, ...)")
-    if metric in ("tpot", "itl"):
+    if metric == "tpot":
+        raise UsageError(f"claim {text!r}: the TPOT tail is split per request into its preempted time only; "
+                         f"claim about the ITL tail ({level}-itl={key}), whose gaps are split by the engine's state")
+    if metric == "itl":
         part = TAIL_DECODE_PARTS.get(key)
-        if part is None or (part == "client_side" and metric == "tpot"):
-            known = ", ".join(k for k in TAIL_DECODE_PARTS if not (metric == "tpot" and k == "network"))
-            raise UsageError(f"claim {text!r}: the {metric} tail is judged on the parts of decode; claims about it "
-                             f"are {known}")
+        if part is None:
+            raise UsageError(f"claim {text!r}: the ITL tail is judged on the parts of decode; claims about it "
+                             f"are {', '.join(TAIL_DECODE_PARTS)}")
         component = part
     elif metric == "ttft" and COMPONENTS.index(component) > COMPONENTS.index("prefill"):
         raise UsageError(f"claim {text!r}: TTFT ends at the first token, before {component}; claim it about the "
@@ -417,15 +419,10 @@ def tail_claims() -> list[str]:
     for level in TAIL_LEVELS:
         for metric in TAIL_METRICS:
             for key, (component, _) in CLAIMS.items():
-                if key in ("compute-bound", "throughput"):
-                    continue
-                if metric in ("tpot", "itl"):
-                    part = TAIL_DECODE_PARTS.get(key)
-                    if part is None or (part == "client_side" and metric == "tpot"):
-                        continue
-                elif metric == "ttft" and COMPONENTS.index(component) > COMPONENTS.index("prefill"):
-                    continue
-                out.append(f"{level}-{metric}={key}")
+                after_ttft = COMPONENTS.index(component) > COMPONENTS.index("prefill")
+                fits = {"ttft": not after_ttft, "e2e": True, "itl": key in TAIL_DECODE_PARTS}[metric]
+                if fits and key not in ("compute-bound", "throughput"):
+                    out.append(f"{level}-{metric}={key}")
     return out
 
 

@@ -4,10 +4,11 @@
 --
 -- Components per metric: e2e has the eleven of the attribution rule; TTFT those a request passes
 -- before its first token (client_queue to prefill; network and frontend whole, as their parts after
--- the first token cannot be told apart); TPOT and ITL the parts of the step accounting (module
--- steps: own step, co-scheduled prefill, other decode, engine gap, no step; per decode token for
--- TPOT, per gap for ITL, where an ITL measured on the client adds client_side, the client's gap
--- beyond the server's). A group's component is its mean per member, a member that did not measure
+-- the first token cannot be told apart); ITL the parts of the step accounting per gap (module steps:
+-- own step, co-scheduled prefill, other decode, engine gap, no step; where ITL is measured on the
+-- client, client_side, the client's gap beyond the server's); TPOT the time preempted (no step) per
+-- decode token, the rest of a request's decode not being split per request (that would take a pass
+-- over the tokens grouped by request, a third more on a 10M-token trace; the ITL tail splits gaps). A group's component is its mean per member, a member that did not measure
 -- it counting 0; a component no request measured is not measured (null), never 0. What the measured
 -- components leave of the metric is `unattributed`, so the differences add up to the gap.
 --
@@ -16,8 +17,8 @@
 -- (P(tail > typical) - P(tail < typical)) and a Mann-Whitney p-value (normal approximation with
 -- ties, Bonferroni-adjusted over the features compared), with the group sizes.
 --
--- ITL gaps come from the sample of the one ordered pass (tokens._tokens_gap_pass): every gap up to
--- tail_itl_sample decode tokens, a deterministic 1-in-N sample beyond.
+-- ITL gaps come from the one ordered pass (tokens._tokens_gap_pass): every gap up to tail_itl_sample
+-- decode tokens, a deterministic 1-in-N sample beyond (the groups are then the sampled gaps in them).
 
 -- A number of a feature or a part in text: counts and tokens whole, small values to 2 decimals.
 CREATE OR REPLACE MACRO _tail_num(x) AS CASE WHEN abs(x) >= 100 THEN _n(x) WHEN abs(x) >= 10 THEN _f(x, 1)
@@ -32,10 +33,10 @@ UNION ALL
 SELECT 'ttft', ordinal, component FROM _attribution_components
 WHERE ordinal <= (SELECT ordinal FROM _attribution_components WHERE component = 'prefill')
 UNION ALL
-SELECT m.metric, p.ordinal, p.component
-FROM (VALUES ('tpot'), ('itl')) AS m(metric),
-    (VALUES (0, 'own_step'), (1, 'prefill'), (2, 'other_decode'), (3, 'engine_gap'), (4, 'no_step')) AS p(ordinal, component)
-UNION ALL SELECT 'itl', 5, 'client_side'
+SELECT 'itl', p.ordinal, p.component
+FROM (VALUES (0, 'own_step'), (1, 'prefill'), (2, 'other_decode'), (3, 'engine_gap'), (4, 'no_step'), (5, 'client_side'))
+    AS p(ordinal, component)
+UNION ALL SELECT 'tpot', 4, 'no_step'
 UNION ALL SELECT m.metric, 99, 'unattributed' FROM (VALUES ('e2e'), ('ttft'), ('tpot'), ('itl')) AS m(metric);
 
 -- @table tail_requests
@@ -47,11 +48,7 @@ UNION ALL SELECT m.metric, 99, 'unattributed' FROM (VALUES ('e2e'), ('ttft'), ('
 -- @column ttft_ms: Time to first token, milliseconds.
 -- @column e2e_ms: End-to-end latency, milliseconds.
 -- @column tpot_ms: Time per output token after the first, milliseconds.
--- @column own_step_ms: Per decode token, its own forward passes less the stretch of those that also prefilled, milliseconds; null without step times.
--- @column prefill_ms: Per decode token, co-scheduled prefill: waits through other requests' prefill iterations plus the stretch of its own passes that prefilled, milliseconds; null without step times.
--- @column other_decode_ms: Per decode token, waits through other iterations without prefill, milliseconds; null without step times.
--- @column engine_gap_ms: Per decode token, time in no iteration (host and scheduler), milliseconds; null without step times.
--- @column no_step_ms: Per decode token, time preempted (no step while the engine kept stepping), milliseconds; null without step times.
+-- @column no_step_ms: Per decode token, time preempted (no step while the engine kept stepping), milliseconds; null without a steps table.
 -- @column arrival_clock: 'client' (the request has client.request) or 'server': the clock of arrival_ns.
 -- @column arrival_ns: Arrival, nanoseconds on arrival_clock: the intended send time (client.queue start), else client.request start, else the server start.
 -- @column prompt_tokens: Feature: prompt length, tokens.
@@ -64,6 +61,7 @@ UNION ALL SELECT m.metric, 99, 'unattributed' FROM (VALUES ('e2e'), ('ttft'), ('
 -- @column new_connection: Feature: 1 when the request opened a connection (client.connect), else 0; null when its trace times no connection.
 -- @column retried: Feature: 1 when the request was retried (client.retry), else 0; null without a client.request.
 -- @column preemptions: Feature: times it was preempted (no step for preemption_min_steps decode iterations) (count); null without a steps table.
+-- @column co_prefill_tokens: Feature: prompt tokens the engine prefilled in the iterations from its first decode step to its last, its own excluded (other requests' prefill co-scheduled with its decode) (count); null without step times and a steps table.
 -- @column cached_share: Feature: prompt tokens served from the prefix cache over prompt tokens, 0..1; null when not reported.
 -- @column client_lag_share: Feature: share of the request's time (arrival to end) that the load client's event loop was stalled (client.loop_lag), 0..1: a share, as a long request overlaps more stalls by its length alone; null when its trace has none.
 CREATE OR REPLACE TEMP TABLE tail_requests AS
@@ -91,14 +89,20 @@ r AS (
         CASE WHEN sp.c_start IS NOT NULL AND sp.c_end IS NOT NULL THEN 'client' ELSE 'server' END AS arrival_clock,
         CASE WHEN sp.c_start IS NOT NULL AND sp.c_end IS NOT NULL THEN sp.c_start ELSE a.start_ns END AS arrival_ns,
         CASE WHEN sp.c_start IS NOT NULL AND sp.c_end IS NOT NULL THEN sp.c_end ELSE a.end_ns END AS done_ns,
-        p.step_emissions, p.step_itl_ms, p.step_own_ms, p.step_prefill_wait_ms, p.step_prefill_slowed_ms,
-        p.step_other_decode_ms, p.step_no_step_ms, p.step_stalls, p.step_match_min
+        st.stalls, st.no_step_ms, sf.cum_prefill_tokens AS _pt_first, sl.cum_prefill_tokens AS _pt_last
     FROM a
     LEFT JOIN sp USING (trace, request_id)
     LEFT JOIN tr USING (trace)
     LEFT JOIN rq USING (trace, request_id)
-    LEFT JOIN _tokens_gap_pass AS p ON p.request_key = a.request_key
+    LEFT JOIN (SELECT request_key, count(*) AS stalls, sum(no_step_ms) AS no_step_ms
+               FROM (SELECT unnest(stalls, recursive := true) FROM _tokens_gap_pass) AS x GROUP BY request_key) AS st
+        ON st.request_key = a.request_key
+    LEFT JOIN tokens_requests AS tk ON tk.request_key = a.request_key
+    LEFT JOIN _steps_seq AS sf ON sf.trace = a.trace AND sf.start_ns = tk.first_step_start_ns
+    LEFT JOIN _steps_seq AS sl ON sl.trace = a.trace AND sl.start_ns = tk.last_step_start_ns
 ),
+-- whether preemption can be seen: the step accounting found forward passes in a steps table
+pr AS (SELECT coalesce(step_match_min <= 1, false) AS seen FROM tokens_gap_stats),
 -- requests in flight at each arrival: a running count of arrivals (+1) and ends (-1), ends first at a tie
 ev AS (
     SELECT trace, arrival_clock, request_id, arrival_ns AS ts, 1 AS d FROM r WHERE arrival_ns IS NOT NULL
@@ -142,28 +146,20 @@ lag AS (
     GROUP BY r.trace, r.request_id
 )
 SELECT r.trace, r.request_id, r.request_key, r.ttft_ms, r.e2e_ms, r.tpot_ms,
-    CASE WHEN r.step_emissions > 0 AND r.output_tokens >= 2 THEN
-        (r.step_own_ms - coalesce(r.step_prefill_slowed_ms, 0)) / (r.output_tokens - 1) END AS own_step_ms,
-    CASE WHEN r.step_emissions > 0 AND r.output_tokens >= 2 THEN
-        (coalesce(r.step_prefill_wait_ms, 0) + coalesce(r.step_prefill_slowed_ms, 0)) / (r.output_tokens - 1) END AS prefill_ms,
-    CASE WHEN r.step_emissions > 0 AND r.output_tokens >= 2 THEN
-        coalesce(r.step_other_decode_ms, 0) / (r.output_tokens - 1) END AS other_decode_ms,
-    CASE WHEN r.step_emissions > 0 AND r.output_tokens >= 2 THEN
-        (r.step_itl_ms - r.step_own_ms - coalesce(r.step_prefill_wait_ms, 0) - coalesce(r.step_other_decode_ms, 0)
-         - coalesce(r.step_no_step_ms, 0)) / (r.output_tokens - 1) END AS engine_gap_ms,
-    CASE WHEN r.step_emissions > 0 AND r.output_tokens >= 2 THEN
-        coalesce(r.step_no_step_ms, 0) / (r.output_tokens - 1) END AS no_step_ms,
+    CASE WHEN pr.seen AND r.output_tokens >= 2 THEN coalesce(r.no_step_ms, 0) / (r.output_tokens - 1) END AS no_step_ms,
     r.arrival_clock, r.arrival_ns,
     r.prompt_tokens, r.output_tokens, bu.arrival_s, bu.arrivals_1s, fl.in_flight, ew.engine_waiting,
     split_part(r.trace, '/', 1) AS replica,
     CASE WHEN r.has_connect AND r.arrival_clock = 'client' THEN CASE WHEN r.connects > 0 THEN 1 ELSE 0 END END
         AS new_connection,
     CASE WHEN r.arrival_clock = 'client' THEN CASE WHEN r.retries > 0 THEN 1 ELSE 0 END END AS retried,
-    CASE WHEN r.step_match_min <= 1 THEN r.step_stalls END AS preemptions,
+    CASE WHEN pr.seen THEN coalesce(r.stalls, 0) END AS preemptions,
+    r._pt_last - r._pt_first AS co_prefill_tokens,
     r.cached / nullif(r.prompt_tokens, 0) AS cached_share,
     CASE WHEN r.has_lag AND r.arrival_clock = 'client' AND r.done_ns > r.arrival_ns
         THEN coalesce(lag.lag_ms, 0) * 1e6 / (r.done_ns - r.arrival_ns) END AS client_lag_share
 FROM r
+CROSS JOIN pr
 LEFT JOIN bu USING (trace, request_id)
 LEFT JOIN fl USING (trace, request_id)
 LEFT JOIN ew USING (trace, request_id)
@@ -191,7 +187,25 @@ WHERE CASE l.level WHEN 'typical' THEN v.v >= c.q[1] AND v.v <= c.q[2]
 
 -- The sampled ITL gaps in those groups, with their parts as rows.
 CREATE OR REPLACE TEMP TABLE _tail_gaps AS
-SELECT unnest(sample, recursive := true) FROM _tokens_gap_pass;
+WITH g AS (
+    SELECT *, greatest(server_itl_ms - own_ms, 0) AS _wait, flags % 2 = 1 AS first_gap, (flags // 2) % 2 = 1 AS _pre,
+        (flags // 4) % 2 = 1 AS _own, flags >= 8 AS _client
+    FROM (SELECT unnest(sampled_gaps, recursive := true) FROM _tokens_gap_pass) AS x
+),
+w AS (  -- as steps_emissions splits a gap: prefill waits, then other decode, the rest engine gap; all of it when preempted
+    SELECT *, CASE WHEN _pre THEN 0 ELSE least(greatest(coalesce(between_prefill_ms, 0), 0), _wait) END AS _pw
+    FROM g
+)
+SELECT itl_ms, first_gap,
+    CASE WHEN _own THEN own_ms - slowed_ms END AS own_ms,
+    CASE WHEN _own THEN _pw + slowed_ms END AS prefill_ms,
+    CASE WHEN _own THEN CASE WHEN _pre THEN 0 ELSE least(greatest(coalesce(between_other_ms, 0), 0), _wait - _pw) END END
+        AS other_decode_ms,
+    CASE WHEN _own THEN _wait - _pw - CASE WHEN _pre THEN _wait
+        ELSE least(greatest(coalesce(between_other_ms, 0), 0), _wait - _pw) END END AS engine_gap_ms,
+    CASE WHEN _own THEN CASE WHEN _pre THEN _wait ELSE 0 END END AS no_step_ms,
+    CASE WHEN _client THEN itl_ms - server_itl_ms END AS client_side_ms
+FROM w;
 
 CREATE OR REPLACE TEMP TABLE _tail_gap_long AS
 SELECT l.level, g.itl_ms, g.first_gap, p.ordinal,
@@ -212,7 +226,7 @@ WHERE CASE l.level WHEN 'typical' THEN g.itl_ms >= c.q[1] AND g.itl_ms <= c.q[2]
 -- @column lo_ms: The group's lower bound, milliseconds: p40 for typical (inclusive), the percentile for a tail (exclusive).
 -- @column hi_ms: The group's upper bound, milliseconds: p60 for typical; null for a tail.
 -- @column n: Members: requests, or for itl gaps of the sample (count).
--- @column sampled_every: 1 when every gap (or request) is a member candidate; N for itl when 1 gap in N was sampled.
+-- @column sampled_every: 1 when every request (gap) is a member; for itl, N when 1 gap in N was sampled (beyond tail_itl_sample decode tokens).
 -- @column mean_ms: The metric's mean over the group, milliseconds.
 -- @column gap_ms: mean_ms minus the typical group's mean, milliseconds (null for typical).
 -- @column first_gap_share: itl: share of the group's gaps that are their request's first gap after token 0, 0..1 (the request's own phase); null for other metrics.
@@ -226,8 +240,8 @@ WITH req AS (
 ),
 gap AS (
     SELECT 'itl' AS metric, level, count(*) AS n,
-        (SELECT greatest(ceil(coalesce(sum(decode_tokens), 0) / t.tail_itl_sample), 1)::BIGINT
-         FROM tokens_requests, _thresholds AS t WHERE NOT failed GROUP BY t.tail_itl_sample) AS sampled_every,
+        (SELECT greatest(ceil(coalesce(sum(decode_tokens), 0) / any_value(t.tail_itl_sample)), 1)::BIGINT
+         FROM tokens_requests, _thresholds AS t WHERE NOT failed) AS sampled_every,
         favg(itl_ms) AS mean_ms, avg(CASE WHEN first_gap THEN 1.0 ELSE 0.0 END) AS first_gap_share,
         CASE WHEN count(own_ms) > 0 THEN avg(CASE WHEN prefill_ms > 0 THEN 1.0 ELSE 0.0 END) END AS with_prefill_share,
         CASE WHEN count(own_ms) > 0 THEN avg(CASE WHEN no_step_ms > 0 THEN 1.0 ELSE 0.0 END) END AS preempted_share
@@ -255,11 +269,7 @@ SELECT l.trace, l.request_id, p.metric, p.ordinal, l.ms
 FROM _attribution_long AS l JOIN _tail_parts AS p ON p.ordinal = l.ordinal AND p.metric IN ('e2e', 'ttft')
 WHERE l.ok AND l.e2e_ms IS NOT NULL
 UNION ALL
-SELECT r.trace, r.request_id, 'tpot', p.ordinal,
-    CASE p.ordinal WHEN 0 THEN r.own_step_ms WHEN 1 THEN r.prefill_ms WHEN 2 THEN r.other_decode_ms
-        WHEN 3 THEN r.engine_gap_ms WHEN 4 THEN r.no_step_ms END
-FROM tail_requests AS r JOIN _tail_parts AS p ON p.metric = 'tpot' AND p.ordinal < 99
-WHERE r.tpot_ms IS NOT NULL;
+SELECT trace, request_id, 'tpot', 4, no_step_ms FROM tail_requests WHERE tpot_ms IS NOT NULL;
 
 -- @table tail_components
 -- One row per metric, tail level (p95, p99) and component: its mean per member in the typical group
@@ -333,7 +343,7 @@ SELECT * FROM (VALUES
     (7, 'new_connection', 'a new connection', 'share'),
     (8, 'retried', 'retried', 'share'),
     (9, 'preemptions', 'preemptions', 'number'),
-    (10, 'prefill_ms', 'co-scheduled prefill per decode token (ms)', 'number'),
+    (10, 'co_prefill_tokens', 'prefill tokens co-scheduled with its decode', 'number'),
     (11, 'cached_share', 'prompt share from the prefix cache', 'number'),
     (12, 'client_lag_share', 'share of the request in load-client loop stalls', 'number')
 ) AS v(ordinal, feature, label, kind);
@@ -344,7 +354,7 @@ SELECT * FROM (
     SELECT r.trace, r.request_id, f.ordinal, f.feature, CASE f.ordinal
             WHEN 1 THEN r.prompt_tokens WHEN 2 THEN r.output_tokens WHEN 3 THEN r.arrival_s WHEN 4 THEN r.arrivals_1s
             WHEN 5 THEN r.in_flight WHEN 6 THEN r.engine_waiting WHEN 7 THEN r.new_connection WHEN 8 THEN r.retried
-            WHEN 9 THEN r.preemptions WHEN 10 THEN r.prefill_ms WHEN 11 THEN r.cached_share
+            WHEN 9 THEN r.preemptions WHEN 10 THEN r.co_prefill_tokens WHEN 11 THEN r.cached_share
             WHEN 12 THEN r.client_lag_share END::DOUBLE AS value
     FROM tail_requests AS r CROSS JOIN _tail_feature_names AS f
 ) AS x WHERE value IS NOT NULL

@@ -19,7 +19,7 @@ SELECT * FROM (VALUES
     (202, 'tail-long-prompts', 'warning', 'The tail is a few long prompts',
         'for the TTFT (else e2e) tail: prompt length separates it with a mean at least tail_ratio times the typical one, and prefill plus tokenize hold at least tail_component_share of the gap (or prefill is not measured and what no component measured does)'),
     (203, 'tail-prefill-interference', 'warning', 'Co-scheduled prefill is behind the ITL spikes',
-        'the slowest ITL gaps (else the TPOT tail) spend at least tail_component_share of their difference from typical gaps waiting through or sharing steps with other requests'' prefill (step accounting)'),
+        'the slowest ITL gaps spend at least tail_component_share of their difference from typical gaps waiting through or sharing steps with other requests'' prefill (step accounting)'),
     (204, 'tail-preemption', 'warning', 'Preemption stalls make the tail',
         'the slowest ITL gaps (else the TPOT tail) spend at least tail_component_share of their difference from typical gaps preempted (no step while the engine kept stepping)'),
     (205, 'tail-slow-replica', 'warning', 'One replica holds the tail',
@@ -99,9 +99,9 @@ x AS (
                 || CASE WHEN c.k.measured THEN ', ' || c.k.text ELSE '' END
             ELSE 'prefill is not measured per request, and ' || c.u.text || ', outside every measured component' END
             || ': long prompts, not load; prefix caching, chunked prefill or a separate queue for long prompts' END},
-    -- the decode parts: the slowest ITL gaps first, else the TPOT tail
+    -- the decode parts: the slowest ITL gaps (preemption also the TPOT tail, whose preempted time is measured)
     {'id': 'tail-prefill-interference', 'prio': CASE WHEN s.metric = 'itl' THEN 0 ELSE s.prio END,
-        'detail': CASE WHEN s.metric IN ('itl', 'tpot') AND c.p.measured AND c.p.gap_share >= t.tail_component_share
+        'detail': CASE WHEN s.metric = 'itl' AND c.p.measured AND c.p.gap_share >= t.tail_component_share
         THEN s.head || ': co-scheduled prefill, ' || c.p.text
             || CASE WHEN s.metric = 'itl' AND g.with_prefill_share IS NOT NULL THEN '; ' || round(100 * g.with_prefill_share)::BIGINT
                 || ' % of the slow gaps waited through or shared a step with prefill work, against '

@@ -158,7 +158,9 @@ def test_tail_claims_that_cannot_hold_are_usage_errors() -> None:
     with pytest.raises(UsageError, match="TTFT ends at the first token"):
         analyzers.parse_claim("p99-ttft=decode")
     with pytest.raises(UsageError, match="parts of decode"):
-        analyzers.parse_claim("p99-tpot=queue")
+        analyzers.parse_claim("p99-itl=queue")
+    with pytest.raises(UsageError, match="preempted time only"):
+        analyzers.parse_claim("p99-tpot=prefill")
     with pytest.raises(UsageError, match="say what"):
         analyzers.parse_claim("p99-ttft")
     spec = analyzers.parse_claim("p95-itl=prefill")
