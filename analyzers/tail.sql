@@ -242,9 +242,9 @@ gap AS (
     SELECT 'itl' AS metric, level, count(*) AS n,
         (SELECT greatest(ceil(coalesce(sum(decode_tokens), 0) / any_value(t.tail_itl_sample)), 1)::BIGINT
          FROM tokens_requests, _thresholds AS t WHERE NOT failed) AS sampled_every,
-        favg(itl_ms) AS mean_ms, avg(CASE WHEN first_gap THEN 1.0 ELSE 0.0 END) AS first_gap_share,
-        CASE WHEN count(own_ms) > 0 THEN avg(CASE WHEN prefill_ms > 0 THEN 1.0 ELSE 0.0 END) END AS with_prefill_share,
-        CASE WHEN count(own_ms) > 0 THEN avg(CASE WHEN no_step_ms > 0 THEN 1.0 ELSE 0.0 END) END AS preempted_share
+        favg(itl_ms) AS mean_ms, avg(CASE WHEN first_gap THEN 1.0 ELSE 0.0 END)::DOUBLE AS first_gap_share,
+        CASE WHEN count(own_ms) > 0 THEN avg(CASE WHEN prefill_ms > 0 THEN 1.0 ELSE 0.0 END)::DOUBLE END AS with_prefill_share,
+        CASE WHEN count(own_ms) > 0 THEN avg(CASE WHEN no_step_ms > 0 THEN 1.0 ELSE 0.0 END)::DOUBLE END AS preempted_share
     FROM (SELECT l.level, g.* FROM _tail_gaps AS g JOIN _tail_cuts AS c ON c.metric = 'itl'
           CROSS JOIN (VALUES ('typical'), ('p95'), ('p99')) AS l(level)
           WHERE CASE l.level WHEN 'typical' THEN g.itl_ms >= c.q[1] AND g.itl_ms <= c.q[2]
@@ -413,8 +413,9 @@ w AS (
 ),
 st AS (
     SELECT metric, level, feature, min(ordinal) AS ordinal, sum(n1)::BIGINT AS tail_n, sum(n2)::BIGINT AS typical_n,
-        sum(n1 * (below2 + 0.5 * n2)) AS u1, sum((n1 + n2) * (n1 + n2) * (n1 + n2) - (n1 + n2)) AS tc,
-        sum(n1 * value) / nullif(sum(n1), 0) AS tail_mean, sum(n2 * value) / nullif(sum(n2), 0) AS typical_mean
+        -- as DOUBLE: Spark keeps 0.5 * n a decimal, which its format_string cannot print with %f
+        sum(n1 * (below2 + 0.5 * n2))::DOUBLE AS u1, sum((n1 + n2) * (n1 + n2) * (n1 + n2) - (n1 + n2))::DOUBLE AS tc,
+        (sum(n1 * value) / nullif(sum(n1), 0))::DOUBLE AS tail_mean, (sum(n2 * value) / nullif(sum(n2), 0))::DOUBLE AS typical_mean
     FROM w GROUP BY metric, level, feature
 ),
 md AS (
@@ -424,7 +425,7 @@ md AS (
 ),
 p AS (
     SELECT st.*, md.tail_median, md.typical_median,
-        2.0 * u1 / (tail_n * typical_n) - 1 AS cliffs_delta, tail_mean / nullif(typical_mean, 0) AS ratio_,
+        (2.0 * u1 / (tail_n * typical_n) - 1)::DOUBLE AS cliffs_delta, (tail_mean / nullif(typical_mean, 0))::DOUBLE AS ratio_,
         CASE WHEN tail_n * typical_n / 12.0 * ((tail_n + typical_n + 1) - tc / ((tail_n + typical_n) * (tail_n + typical_n - 1.0))) > 0
             THEN least(1.0, 2.0 * _tail_normal_sf(abs(u1 - tail_n * typical_n / 2.0)
                 / sqrt(tail_n * typical_n / 12.0 * ((tail_n + typical_n + 1)

@@ -51,14 +51,14 @@ WITH s AS (
 ),
 c AS (
     SELECT c.metric,
-        any_value(c) FILTER (WHERE c.component = 'queue') AS q,
-        any_value(c) FILTER (WHERE c.component = 'unattributed') AS u,
-        any_value(c) FILTER (WHERE c.component = 'prefill') AS p,
-        any_value(c) FILTER (WHERE c.component = 'tokenize') AS k,
-        any_value(c) FILTER (WHERE c.component = 'no_step') AS ns,
-        any_value(c) FILTER (WHERE c.component = 'client_queue') AS cq,
-        any_value(c) FILTER (WHERE c.component = 'network') AS n,
-        any_value(c) FILTER (WHERE c.component = 'decode') AS d
+        any_value(struct_pack(measured := c.measured, gap_share := c.gap_share, text := c.text)) FILTER (WHERE c.component = 'queue') AS q,
+        any_value(struct_pack(measured := c.measured, gap_share := c.gap_share, text := c.text)) FILTER (WHERE c.component = 'unattributed') AS u,
+        any_value(struct_pack(measured := c.measured, gap_share := c.gap_share, text := c.text)) FILTER (WHERE c.component = 'prefill') AS p,
+        any_value(struct_pack(measured := c.measured, gap_share := c.gap_share, text := c.text)) FILTER (WHERE c.component = 'tokenize') AS k,
+        any_value(struct_pack(measured := c.measured, gap_share := c.gap_share, text := c.text)) FILTER (WHERE c.component = 'no_step') AS ns,
+        any_value(struct_pack(measured := c.measured, gap_share := c.gap_share, text := c.text)) FILTER (WHERE c.component = 'client_queue') AS cq,
+        any_value(struct_pack(measured := c.measured, gap_share := c.gap_share, text := c.text)) FILTER (WHERE c.component = 'network') AS n,
+        any_value(struct_pack(measured := c.measured, gap_share := c.gap_share, text := c.text)) FILTER (WHERE c.component = 'decode') AS d
     FROM tail_components AS c JOIN s ON s.metric = c.metric AND s.level = c.level
     GROUP BY c.metric
 ),
@@ -66,11 +66,11 @@ f AS (  -- the separating features the findings name (for the load, all of them)
     SELECT f.metric,
         string_agg(f.text, '; ' ORDER BY f.rank)
             FILTER (WHERE f.feature IN ('arrivals_1s', 'in_flight', 'engine_waiting') AND f.cliffs_delta > 0) AS load_text,
-        any_value(f) FILTER (WHERE f.feature = 'prompt_tokens' AND f.cliffs_delta > 0) AS prompt,
-        any_value(f) FILTER (WHERE f.feature = 'output_tokens' AND f.cliffs_delta > 0) AS output,
-        any_value(f) FILTER (WHERE f.feature = 'new_connection' AND f.cliffs_delta > 0) AS conn,
-        any_value(f) FILTER (WHERE f.feature = 'client_lag_share' AND f.cliffs_delta > 0) AS lag,
-        arg_max(f, f.cliffs_delta) FILTER (WHERE f.feature LIKE 'replica=%' AND f.cliffs_delta > 0) AS replica
+        any_value(struct_pack(text := f.text, ratio := f.ratio, cliffs_delta := f.cliffs_delta)) FILTER (WHERE f.feature = 'prompt_tokens' AND f.cliffs_delta > 0) AS prompt,
+        any_value(struct_pack(text := f.text, ratio := f.ratio, cliffs_delta := f.cliffs_delta)) FILTER (WHERE f.feature = 'output_tokens' AND f.cliffs_delta > 0) AS output,
+        any_value(struct_pack(text := f.text, ratio := f.ratio, cliffs_delta := f.cliffs_delta)) FILTER (WHERE f.feature = 'new_connection' AND f.cliffs_delta > 0) AS conn,
+        any_value(struct_pack(text := f.text, ratio := f.ratio, cliffs_delta := f.cliffs_delta)) FILTER (WHERE f.feature = 'client_lag_share' AND f.cliffs_delta > 0) AS lag,
+        arg_max(struct_pack(text := f.text, ratio := f.ratio, cliffs_delta := f.cliffs_delta), f.cliffs_delta) FILTER (WHERE f.feature LIKE 'replica=%' AND f.cliffs_delta > 0) AS replica
     FROM tail_features AS f JOIN s ON s.metric = f.metric AND s.level = f.level
     WHERE f.separates
     GROUP BY f.metric
