@@ -28,6 +28,7 @@ from analyzers.params import (
     parse_claim,
     roofline_inputs,
 )
+from analyzers.tail import tail_json
 from tracetool.errors import BadInput
 from tracetool.reader import Trace
 from tracetool.schema import COMPONENTS
@@ -43,7 +44,8 @@ TABLES = ("attribution_requests", "attribution_components", "latency_percentiles
           "decode_throughput", "roofline_summary", "host_overhead", "steps_batch", "steps_prefill",
           "steps_accounting", "tokens_gap_stats",
           "gpu_decode", "stacks_categories", "network_evidence", "summary_numbers", "findings", "claims",
-          "engine_summary", "engine_stats", "engine_headline")
+          "engine_summary", "engine_stats", "engine_headline", "tail_groups", "tail_components", "tail_features",
+          "tail_summary")
 
 
 @dataclass(eq=False)  # identity: it holds a connection, and its traces hold itself (one trace)
@@ -178,7 +180,7 @@ class Analysis:
             "cpu": [_clean(r) for r in self.rows("stacks_categories")] or None,
             "findings": [{"id": r["id"], "severity": r["severity"], "title": r["title"], "detail": r["detail"]}
                          for r in self.rows("findings")],
-            "claims": [{"claim": r["claim"], "component": r["component"], "verdict": r["verdict"],
+            "claims": [{"claim": r["claim"], "scope": r["scope"], "component": r["component"], "verdict": r["verdict"],
                         "share": _num(r["share"]), "basis": r["basis"], "detail": r["detail"]}
                        for r in self.rows("claims")],
             "thresholds": self.thresholds.as_dict(),
@@ -187,6 +189,9 @@ class Analysis:
         # the engine's own metrics (module engine): its object, and server components no span measured
         body["engine"] = engine_json(self.rows("engine_summary"), self.rows("engine_stats"))
         fill_components(body["components"], body["engine"], body["e2e_ms"]["mean"])
+        # the tail against typical requests (module tail)
+        body["tail"] = tail_json(self.rows("tail_groups"), self.rows("tail_components"), self.rows("tail_features"),
+                                 self.rows("tail_summary"), self.thresholds.tail_min_requests)
         told = self.one("engine_headline")
         if body["bottleneck"] is None and told.get("headline"):
             # no per-request server component, but the engine's histograms: say what they say

@@ -8,6 +8,13 @@
 -- compute-bound; more FLOPs will help") is judged on the roofline: compute time
 -- over memory time of a step. 'throughput' ("the server does thousands of tok/s,
 -- so decode must be sub-second") is judged on the measured decode time per request.
+--
+-- Claims about a tail (p99-ttft=network: a percentile, a metric, a component) are judged on the
+-- tail the module tail compares with the typical requests: the component's share of the gap between
+-- the two groups' means, with the same thresholds ('supported' when it holds the most of the gap
+-- or at least supported_share; 'misdiagnosis' below misdiagnosis_share and not the most), and
+-- 'unmeasured' when the tail has fewer than tail_min_requests requests or no request measured the
+-- component.
 
 -- @table claims_catalogue
 -- The claims the analyzer can judge (aliases are resolved before SQL, in analyzers/params.py).
@@ -34,16 +41,18 @@ SELECT * FROM (VALUES
 -- One row per claim asked for, in the order asked.
 -- @column ordinal: Position on the command line.
 -- @column claim: The claim as the user wrote it.
+-- @column scope: The tail a claim is about (p99-ttft, p95-e2e...; module tail); null for a claim about the mean request.
 -- @column key: The claim key it resolved to.
--- @column component: The component the verdict is about.
+-- @column component: The component the verdict is about (for a tail claim on TPOT or ITL, the decode part).
 -- @column verdict: 'supported', 'contributing', 'misdiagnosis' or 'unmeasured'.
--- @column share: The component's share of e2e, 0..1 (null when not measured).
--- @column basis: What the verdict rests on: 'measured' (the component's share), 'rtt-split' (network measured as the round trips the client's TCP handshakes timed, the rest of the gap to the engine's span being frontend, see network_evidence), 'rtt-bound' (network from the client's TCP handshakes, see network_evidence), 'unsplit' (network and the server's frontend together, not split), 'engine-metrics' (a server component no span measured, from the engine's scraped time histogram over the window: module engine), 'roofline', 'decode-time', or 'none' (unmeasured).
+-- @column share: The component's share of e2e, 0..1 (null when not measured); for a tail claim, its share of the gap between the tail and the typical requests.
+-- @column basis: What the verdict rests on: 'measured' (the component's share), 'rtt-split' (network measured as the round trips the client's TCP handshakes timed, the rest of the gap to the engine's span being frontend, see network_evidence), 'rtt-bound' (network from the client's TCP handshakes, see network_evidence), 'unsplit' (network and the server's frontend together, not split), 'engine-metrics' (a server component no span measured, from the engine's scraped time histogram over the window: module engine), 'roofline', 'decode-time', 'tail' (a claim about a tail: module tail), or 'none' (unmeasured).
 -- @column detail: The evidence: measured numbers with units.
 CREATE OR REPLACE TEMP TABLE claims AS
 WITH k AS (
     SELECT q.ordinal, q.claim, q.key, c.component, c.statement
     FROM _claims AS q JOIN claims_catalogue AS c USING (key)
+    WHERE q.scope_metric IS NULL
 ),
 j AS (
     SELECT k.*, a.measured, a.share, a.ms, a.bottleneck AS is_bottleneck, s.*, t.supported_share AS t_sup,
@@ -159,6 +168,38 @@ v AS (
         END AS detail
     FROM j
 )
-SELECT ordinal, claim, key, component, verdict, share, basis, detail
+SELECT ordinal, claim, CAST(NULL AS VARCHAR) AS scope, key, component, verdict, share, basis, detail
 FROM v
+UNION ALL
+-- claims about a tail: the component's share of the gap at that tail (module tail)
+SELECT q.ordinal, q.claim, q.scope_level || '-' || q.scope_metric, q.key, q.tail_component,
+    CASE WHEN s.level IS NULL OR g.n < t.tail_min_requests OR NOT coalesce(c.measured, false) THEN 'unmeasured'
+         WHEN c.gap_share = top.share OR c.gap_share >= t.supported_share THEN 'supported'
+         WHEN c.gap_share < t.misdiagnosis_share THEN 'misdiagnosis'
+         ELSE 'contributing' END,
+    CASE WHEN g.n >= t.tail_min_requests AND c.measured THEN c.gap_share END,
+    CASE WHEN g.n >= t.tail_min_requests AND c.measured THEN 'tail' ELSE 'none' END,
+    CASE WHEN g.n IS NULL OR g.n < t.tail_min_requests THEN 'the ' || q.scope_level || ' ' || _tail_metric(q.scope_metric)
+            || ' tail has ' || _n(coalesce(g.n, 0)) || CASE WHEN q.scope_metric = 'itl' THEN ' sampled gaps' ELSE ' requests' END
+            || ', fewer than tail_min_requests (' || _n(t.tail_min_requests)
+            || '): too few to say where its time went'
+         WHEN NOT coalesce(c.measured, false) THEN q.tail_component || ' is not measured per request in this trace: '
+            || 'unknown, not zero; the ' || q.scope_level || ' ' || _tail_metric(q.scope_metric) || ' tail''s extra '
+            || _ms(g.gap_ms) || ' is ' || coalesce(s2.components_text, 'in no measured component')
+         ELSE q.scope_level || ' ' || _tail_metric(q.scope_metric) || ': the ' || _n(g.n) || CASE WHEN q.scope_metric = 'itl' THEN ' gaps' ELSE ' requests' END || ' above '
+            || _ms(g.lo_ms) || ' take ' || _ms(g.gap_ms) || ' more than the ' || _n(ty.n) || ' typical ones (p40-p60, mean '
+            || _ms(ty.mean_ms) || '); ' || q.tail_component || ' holds ' || _ms(c.delta_ms) || ' of it = ' || _pct(c.gap_share)
+            || CASE WHEN c.gap_share = top.share THEN ', the most of any component'
+                ELSE '; the most is ' || top.component || ' at ' || _pct(top.share) END END
+FROM _claims AS q
+CROSS JOIN _thresholds AS t
+LEFT JOIN tail_summary AS s ON s.metric = q.scope_metric
+LEFT JOIN tail_summary AS s2 ON s2.metric = q.scope_metric AND s2.level = q.scope_level
+LEFT JOIN tail_groups AS g ON g.metric = q.scope_metric AND g.level = q.scope_level
+LEFT JOIN tail_groups AS ty ON ty.metric = q.scope_metric AND ty.level = 'typical'
+LEFT JOIN tail_components AS c ON c.metric = q.scope_metric AND c.level = q.scope_level AND c.component = q.tail_component
+LEFT JOIN (SELECT metric, level, arg_max(component, gap_share) AS component, max(gap_share) AS share
+           FROM tail_components WHERE measured AND component <> 'unattributed' GROUP BY metric, level) AS top
+    ON top.metric = q.scope_metric AND top.level = q.scope_level
+WHERE q.scope_metric IS NOT NULL
 ORDER BY ordinal;

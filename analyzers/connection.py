@@ -193,7 +193,10 @@ class Session:
     for the next snapshot's refresh and then sees that snapshot).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, tail: bool = True) -> None:
+        #: False: the tail's modules are not run for a snapshot (a live view's ticks): their tables are empty,
+        #: the analysis's ``tail`` is null and no tail finding fires (analyzers.modules.TAIL_MODULES)
+        self.tail = tail
         self.lock = threading.Lock()
         self._con: duckdb.DuckDBPyConnection | None = None
         self._key: tuple[object, ...] | None = None
@@ -209,7 +212,7 @@ class Session:
         """The session's connection holding ``traces`` and every analyzer object (caller holds
         :attr:`lock`)."""
         small = is_small(traces)
-        key = (tuple(labels), small, thresholds, tuple(claims))
+        key = (tuple(labels), small, thresholds, tuple(claims), self.tail)
         if self._con is not None and self._key == key:
             try:
                 self._refresh(self._con, traces, labels, roofline, small)
@@ -234,14 +237,20 @@ class Session:
         self._con, self._key = None, None
 
     def _prepare(self, con: duckdb.DuckDBPyConnection, small: bool) -> None:
-        names = []
+        steps = []
+        skipped = set() if self.tail else _tail_tables()
         with _optimizers(con, small):
             for stmt in modules_script().split(";\n"):
                 m = _TEMP_TABLE_RE.match(stmt.strip())
-                if m:
+                if m and m.group(1) in skipped:
+                    steps.append(f"DELETE FROM {m.group(1)};\n")  # empty, in its place: later modules read it
+                elif m:
                     con.execute(f"PREPARE _refresh_{m.group(1)} AS INSERT INTO {m.group(1)} {m.group(2)}")
-                    names.append(m.group(1))
-        self._refresh_sql = "".join(f"DELETE FROM {n}; EXECUTE _refresh_{n};\n" for n in names)
+                    steps.append(f"DELETE FROM {m.group(1)}; EXECUTE _refresh_{m.group(1)};\n")
+        self._refresh_sql = "".join(steps)
+        if skipped:  # the connection was made with them: this first snapshot is analysed without them too
+            with _optimizers(con, small):
+                con.execute(self._refresh_sql)
 
     def _refresh(self, con: duckdb.DuckDBPyConnection, traces: Sequence[Trace], labels: Sequence[str],
                  roof: Sequence[RooflineInputs], small: bool) -> None:
@@ -254,6 +263,14 @@ class Session:
         _insert(con, "_hardware", _hardware_rows(roof, labels))
         with _optimizers(con, small):
             con.execute(self._refresh_sql)  # one script: the GIL given up once (see run_all)
+
+
+def _tail_tables() -> set[str]:
+    """The tables of the tail's modules that hold trace data (what ``Session(tail=False)`` leaves empty)."""
+    from analyzers.modules import TAIL_MODULES, TAIL_STATIC_TABLES, load
+
+    return {m.group(1) for mod in TAIL_MODULES for stmt in load(mod).statements
+            if (m := _TEMP_TABLE_RE.match(stmt.strip())) and m.group(1) not in TAIL_STATIC_TABLES}
 
 
 #: A module statement that creates a summary table (re-run for each snapshot by a Session).
@@ -283,8 +300,9 @@ def _param_tables(con: duckdb.DuckDBPyConnection, traces: Sequence[Trace], label
            _hardware_rows(roof, labels))
     tf = fields(Thresholds)
     _table(con, "_thresholds", ", ".join(f"{f.name} DOUBLE" for f in tf), [list(astuple(thresholds))])
-    _table(con, "_claims", "ordinal INTEGER, claim VARCHAR, key VARCHAR",
-           [[i, c.text, c.key] for i, c in enumerate(claims)])
+    _table(con, "_claims", "ordinal INTEGER, claim VARCHAR, key VARCHAR, scope_metric VARCHAR, scope_level VARCHAR, "
+           "tail_component VARCHAR",
+           [[i, c.text, c.key, c.scope_metric, c.scope_level, c.tail_component] for i, c in enumerate(claims)])
 
 
 def _table(con: duckdb.DuckDBPyConnection, name: str, columns: str, rows: list[list[object]]) -> None:

@@ -87,8 +87,9 @@ SELECT * FROM (VALUES
     (33, 'network-frontend-unsplit', 'info', 'Network and the server''s own time outside its spans are not split',
         'the server says less than its whole time (its spans are its engine''s, server_scope engine, or it reported phases but no total) and no TCP handshake was timed: the client''s time beyond what the server says holds both')
 ) AS v(ordinal, id, severity, title, fires_when)
--- module engine: the findings from the engine's metrics
-UNION ALL SELECT * FROM engine_findings_catalogue;
+-- module engine: the findings from the engine's metrics; module tail_findings: the tail's
+UNION ALL SELECT * FROM engine_findings_catalogue
+UNION ALL SELECT * FROM tail_findings_catalogue;
 
 -- @table findings
 -- The findings that fire for this analysis, warnings first.
@@ -350,7 +351,8 @@ WITH f AS (
          WHERE r.ok AND r.tokenize_ms IS NOT NULL AND r.prompt_tokens >= tk.tokenizer_min_prompt_tokens) AS k
 )
 SELECT c.ordinal, f.id, c.severity, c.title, f.detail
-FROM (SELECT id, detail FROM f UNION ALL SELECT id, detail FROM engine_findings) AS f
+FROM (SELECT id, detail FROM f UNION ALL SELECT id, detail FROM engine_findings
+      UNION ALL SELECT id, detail FROM tail_findings) AS f
 JOIN findings_catalogue AS c USING (id)
 WHERE f.detail IS NOT NULL
 ORDER BY c.severity = 'warning' DESC, c.ordinal;

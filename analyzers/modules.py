@@ -25,7 +25,15 @@ from typing import Any
 
 #: Run order: each module may use the objects of the modules before it.
 MODULES = ("tokens", "attribution", "latency", "steps", "decode", "roofline", "host", "gpu",
-           "stacks", "network", "summary", "engine", "findings", "claims")
+           "stacks", "network", "summary", "engine", "tail", "tail_findings",
+           "findings", "claims")
+
+#: Modules a live view's session may leave out (``Session(tail=False)``): the tail compares the slow requests
+#: with typical ones, which a window refreshed several times a second does not need at every tick, and its
+#: statements cost a small analysis about a third more. Their tables stay, empty, except the static ones.
+TAIL_MODULES = ("tail", "tail_findings")
+#: Tables of those modules that hold no trace data (lists and catalogues): kept as they are.
+TAIL_STATIC_TABLES = ("_tail_parts", "_tail_feature_names", "tail_findings_catalogue")
 
 _OBJECT_RE = re.compile(r"^--\s*@(view|table)\s+([a-z_][a-z0-9_]*)\s*$")
 _COLUMN_RE = re.compile(r"^--\s*@column\s+([a-z_][a-z0-9_]*)\s*:\s*(.+?)\s*$")

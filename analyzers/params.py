@@ -22,6 +22,7 @@ from typing import Any
 from tracetool.errors import UsageError
 from tracetool.meta import model_block
 from tracetool.presets import dtype_bytes, gpu_preset, match_gpu_name, model_preset
+from tracetool.schema import COMPONENTS
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,24 @@ class Thresholds:
     client_rate_ratio: float = 0.9
     #: Time waiting in the load client (client_queue) at or above this share of e2e: client-bound.
     client_queue_share: float = 0.10
+    # -- the tail (module tail: the requests above p95 and p99 against the p40-p60 band) --
+    #: Fewest requests above p99 (else above p95) to say what the tail has in common: below it no cause is named.
+    tail_min_requests: float = 5
+    #: A component (or decode part) holding at least this share of the gap between the tail's mean and the
+    #: typical requests' mean is where the tail's extra time went.
+    tail_component_share: float = 0.5
+    #: Cliff's delta of a feature (tail against typical requests, -1..1) at least this far from 0: the feature
+    #: separates the tail (0.474 is Romano et al.'s "large").
+    tail_effect_size: float = 0.474
+    #: ... and its Mann-Whitney p-value, Bonferroni-adjusted over the features compared, below this.
+    tail_significance: float = 0.01
+    #: A numeric feature's tail mean at least this many times the typical mean (or a binary feature's share in
+    #: the tail at least this many times the typical share) for the findings that name a size (long prompts,
+    #: long outputs).
+    tail_ratio: float = 2
+    #: ITL gaps the ITL tail keeps at most: beyond, a deterministic 1-in-N sample of the gaps (N the smallest
+    #: that keeps at most this many decode tokens).
+    tail_itl_sample: float = 50_000
     # -- engine metrics (module engine: a server's scraped /metrics) --
     #: Requests waiting at one scrape at or above this: the engine queued requests.
     engine_waiting_requests: float = 1
@@ -295,10 +314,22 @@ def _meta_kv_bytes(m: dict[str, Any], kv_dtype: str | None, notes: list[str]) ->
 
 @dataclass(frozen=True)
 class ClaimSpec:
-    """A story to test: the user's words and the claim key they map to."""
+    """A story to test: the user's words and the claim key they map to.
+
+    A claim about the tail (``p99-ttft=network``) has a ``scope``: the metric (ttft, e2e, tpot, itl)
+    and the tail (p95, p99) it is about, and ``tail_component`` is what it is judged on there: the
+    component (ttft, e2e) or decode part (tpot, itl) that holds the tail's extra time (module tail).
+    """
 
     text: str
     key: str
+    scope_metric: str | None = None
+    scope_level: str | None = None
+    tail_component: str | None = None
+
+    @property
+    def scope(self) -> str | None:
+        return f"{self.scope_level}-{self.scope_metric}" if self.scope_metric else None
 
 
 #: key -> (component the verdict is about, the story in words).
@@ -340,13 +371,67 @@ _KEYWORDS = (("compute", "compute-bound"), ("flop", "compute-bound"), ("thousand
              ("rerank", "postprocess"), ("decode", "decode"))
 
 
+#: Tail claims: the metrics and tails they may name (not TPOT, split per request into preempted time only), and
+#: for ITL (judged on the decode parts of the step accounting) the part each claim key stands for.
+TAIL_METRICS = ("ttft", "e2e", "itl")
+TAIL_LEVELS = ("p95", "p99")
+TAIL_DECODE_PARTS = {"prefill": "prefill", "decode": "own_step", "network": "client_side"}
+_TAIL_RE = re.compile(r"^(p95|p99)-(ttft|e2e|tpot|itl)(?:-(.*))?$")
+
+
 def parse_claim(text: str) -> ClaimSpec:
-    """Map a claim name, alias or phrase ("decode is compute-bound") to a :class:`ClaimSpec`."""
+    """Map a claim name, alias or phrase ("decode is compute-bound") to a :class:`ClaimSpec`; a claim
+    about the tail starts with its percentile and metric (``p99-ttft=network``, "p99 TTFT is queueing")."""
     norm = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    m = _TAIL_RE.match(norm)
+    if m:
+        return _tail_claim(text, m.group(1), m.group(2), m.group(3) or "")
+    return ClaimSpec(text, _claim_key(text, norm))
+
+
+def _tail_claim(text: str, level: str, metric: str, rest: str) -> ClaimSpec:
+    if not rest:
+        raise UsageError(f"claim {text!r}: say what the {level} {metric} is (e.g. {level}-{metric}=network)")
+    key = _claim_key(text, rest)
+    component = CLAIMS[key][0]
+    if key in ("compute-bound", "throughput"):
+        raise UsageError(f"claim {text!r}: {key} is about decode speed, not a tail; claims about a tail name a "
+                         "component (network, queue, prefill, ...)")
+    if metric == "tpot":
+        raise UsageError(f"claim {text!r}: the TPOT tail is split per request into its preempted time only; "
+                         f"claim about the ITL tail ({level}-itl={key}), whose gaps are split by the engine's state")
+    if metric == "itl":
+        part = TAIL_DECODE_PARTS.get(key)
+        if part is None:
+            raise UsageError(f"claim {text!r}: the ITL tail is judged on the parts of decode; claims about it "
+                             f"are {', '.join(TAIL_DECODE_PARTS)}")
+        component = part
+    elif metric == "ttft" and COMPONENTS.index(component) > COMPONENTS.index("prefill"):
+        raise UsageError(f"claim {text!r}: TTFT ends at the first token, before {component}; claim it about the "
+                         f"e2e tail ({level}-e2e={key})")
+    return ClaimSpec(text, key, scope_metric=metric, scope_level=level, tail_component=component)
+
+
+def tail_claims() -> list[str]:
+    """Every claim about a tail the analyzer can judge (``p99-ttft=network``...): per tail, metric and
+    component claim that fits it (the TUI asks for all of them up front, as for the mean claims)."""
+    out = []
+    for level in TAIL_LEVELS:
+        for metric in TAIL_METRICS:
+            for key, (component, _) in CLAIMS.items():
+                after_ttft = COMPONENTS.index(component) > COMPONENTS.index("prefill")
+                fits = {"ttft": not after_ttft, "e2e": True, "itl": key in TAIL_DECODE_PARTS}[metric]
+                if fits and key not in ("compute-bound", "throughput"):
+                    out.append(f"{level}-{metric}={key}")
+    return out
+
+
+def _claim_key(text: str, norm: str) -> str:
     key = norm if norm in CLAIMS else CLAIM_ALIASES.get(norm)
     if key is None:
         key = next((k for word, k in _KEYWORDS if word in norm), None)
     if key is None:
         known = ", ".join([*CLAIMS, *CLAIM_ALIASES])
-        raise UsageError(f"unknown claim {text!r} (known: {known})")
-    return ClaimSpec(text, key)
+        raise UsageError(f"unknown claim {text!r} (known: {known}; about a tail: p99-ttft=network, "
+                         "p95-e2e=queue, p99-itl=prefill)")
+    return key

@@ -137,8 +137,9 @@ def run(spark: Any, traces: Sequence[Trace], labels: Sequence[str], roof: Sequen
                 _hardware_rows(roof, labels))
         _params(s, "_thresholds", ", ".join(f"{f.name} DOUBLE" for f in fields(Thresholds)),
                 [[float(v) for v in astuple(thresholds)]])
-        _params(s, "_claims", "ordinal INT, claim STRING, key STRING",
-                [[i, c.text, c.key] for i, c in enumerate(claims)])
+        _params(s, "_claims", "ordinal INT, claim STRING, key STRING, scope_metric STRING, scope_level STRING, "
+                "tail_component STRING",
+                [[i, c.text, c.key, c.scope_metric, c.scope_level, c.tail_component] for i, c in enumerate(claims)])
         from analyzers.spark_sql import translate_script
 
         for stmt in translate_script([st for m in all_modules() for st in m.statements]):

@@ -31,6 +31,8 @@
 -- @column kv_len_min: Smallest kv_len of decode tokens, tokens.
 -- @column kv_len_max: Largest kv_len of decode tokens, tokens.
 -- @column batch_mean: Mean batch_size of decode tokens, sequences (null when not recorded).
+-- @column first_step_start_ns: Server clock, nanoseconds: start of the forward pass of its first decode token (null without step times).
+-- @column last_step_start_ns: Server clock, nanoseconds: start of the forward pass of its last decode token.
 -- @column fit_n: Decode tokens with both kv_len and a step time (count): the step-time fit and the roofline's step basis.
 -- @column fit_sx: Sum of kv_len over those tokens, tokens.
 -- @column fit_sxx: Sum of kv_len squared over those tokens, tokens squared.
@@ -47,7 +49,8 @@ WITH d AS (
         trace, request_id, index, emit_ns, client_recv_ns,
         CASE WHEN index > 0 THEN (step_end_ns - step_start_ns) / 1e6 END AS step_ms,
         CASE WHEN index > 0 THEN kv_len::DOUBLE END AS kv,
-        CASE WHEN index > 0 THEN batch_size END AS batch
+        CASE WHEN index > 0 THEN batch_size END AS batch,
+        CASE WHEN index > 0 THEN step_start_ns END AS step_start
     FROM tokens
     WHERE request_id <> ''
 ),
@@ -68,6 +71,8 @@ per AS (
         min(kv)::BIGINT AS kv_len_min,
         max(kv)::BIGINT AS kv_len_max,
         avg(batch) AS batch_mean,
+        min(step_start) AS first_step_start_ns,
+        max(step_start) AS last_step_start_ns,
         count(kv * step_ms) AS fit_n,
         sum(kv + 0 * step_ms) AS fit_sx,
         sum(kv * kv + 0 * step_ms) AS fit_sxx,
@@ -91,6 +96,7 @@ SELECT
          WHEN client_tokens = output_tokens THEN (_recv_hi - _recv_lo) / 1e6 / (output_tokens - 1)
          ELSE (last_emit_ns - _emit_lo) / 1e6 / (output_tokens - 1) END AS itl_mean_ms,
     output_tokens - (first_index = 0)::INTEGER AS decode_tokens, kv_len_min, kv_len_max, batch_mean,
+    first_step_start_ns, last_step_start_ns,
     fit_n, coalesce(fit_sx, 0) AS fit_sx, coalesce(fit_sxx, 0) AS fit_sxx,
     coalesce(fit_sy, 0) AS fit_sy, coalesce(fit_syy, 0) AS fit_syy, coalesce(fit_sxy, 0) AS fit_sxy,
     coalesce(roof_kv_tokens, 0) AS roof_kv_tokens,
@@ -127,6 +133,7 @@ s AS (
         (sum(CASE WHEN prefill_tokens > 0 THEN end_ns - start_ns ELSE 0 END) OVER w)::BIGINT AS cum_prefill_ns,
         (sum(CASE WHEN prefill_tokens > 0 THEN 0 ELSE end_ns - start_ns END) OVER w)::BIGINT AS cum_other_ns,
         (sum(CASE WHEN decode_tokens > 0 THEN 1 ELSE 0 END) OVER w)::BIGINT AS cum_decode_steps,
+        (sum(prefill_tokens) OVER w)::BIGINT AS cum_prefill_tokens,
         start_ns - lag(end_ns) OVER (PARTITION BY trace ORDER BY start_ns, step_id) AS gap_ns  -- no frame: Spark refuses one on lag
     FROM steps JOIN x USING (trace)
     WINDOW w AS (PARTITION BY trace ORDER BY start_ns, step_id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
@@ -260,9 +267,82 @@ FROM tokens_gaps
 WHERE emission
 GROUP BY trace, request_id, request_key;
 
+-- The one ordered pass over the tokens (tokens_gaps) of successful requests, one row: every figure of
+-- tokens_gap_stats, and the lists module tail reads (a sample of the gaps, the stalls).
+CREATE OR REPLACE TEMP TABLE _tokens_gap_pass AS
+WITH s AS (
+    SELECT
+        count(*) FILTER (WHERE emission) AS gaps,
+        count(*) AS gap_tokens,
+        count(client_itl_ms) FILTER (WHERE emission) AS client_gaps,
+        favg(itl_ms) FILTER (WHERE emission) AS itl_mean_ms,
+        quantile_cont(itl_ms, [0.5, 0.9, 0.95, 0.99, 0.4, 0.6]) FILTER (WHERE emission) AS q,
+        count(host_ms) AS host_gaps,
+        sum(host_ms) AS host_sum_ms,
+        sum(step_ms) FILTER (WHERE host_ms IS NOT NULL) AS host_step_sum_ms,
+        count(kv_len) FILTER (WHERE server_itl_ms > 0) AS itl_fit_n,
+        sum(kv_len::DOUBLE) FILTER (WHERE server_itl_ms > 0) AS itl_fit_sx,
+        sum(kv_len::DOUBLE * kv_len) FILTER (WHERE server_itl_ms > 0) AS itl_fit_sxx,
+        sum(CASE WHEN kv_len IS NOT NULL THEN server_itl_ms END) FILTER (WHERE server_itl_ms > 0) AS itl_fit_sy,
+        sum(CASE WHEN kv_len IS NOT NULL THEN server_itl_ms * server_itl_ms END) FILTER (WHERE server_itl_ms > 0)
+            AS itl_fit_syy,
+        sum(kv_len * server_itl_ms) FILTER (WHERE server_itl_ms > 0) AS itl_fit_sxy,
+        count(*) FILTER (WHERE step_emission) AS step_emissions,
+        count(*) FILTER (WHERE _has_step) AS step_tokens,
+        min(step_match) AS step_match_min, max(step_match) AS step_match_max,
+        -- sums of the parts; the engine gap is what is left (steps_accounting): no per-row split here
+        sum(server_itl_ms) FILTER (WHERE step_emission) AS step_itl_ms,
+        sum(own_ms) AS step_own_ms,
+        sum(between_prefill_ms) FILTER (WHERE NOT preempted) AS step_prefill_wait_ms,
+        sum(prefill_slowed_ms) AS step_prefill_slowed_ms,
+        sum(between_other_ms) FILTER (WHERE NOT preempted) AS step_other_decode_ms,
+        sum(server_itl_ms - own_ms) FILTER (WHERE preempted) AS step_no_step_ms,
+        -- a list, not count(DISTINCT): stalls are few, and a DISTINCT aggregate slows the whole pass
+        len(list_distinct(list(request_key) FILTER (WHERE preempted))) AS step_stalled_requests,
+        count(*) FILTER (WHERE preempted) AS step_stalls,
+        max(server_itl_ms - own_ms) FILTER (WHERE preempted) AS step_longest_stall_ms,
+        -- module tail: a deterministic sample of the gaps (every gap up to tail_itl_sample decode tokens) and
+        -- each preemption stall with its request. Each gap: its ITL and the step accounting's raw figures,
+        -- which module tail splits as steps_emissions does; flags: 1 the request's first gap, 2 preempted,
+        -- 4 a forward pass of its own, 8 an ITL measured on the client. Every field costs the pass on every
+        -- row, sampled or not (about 0.1 s per 10M tokens each), and a heap of the slowest gaps (max_by with
+        -- a count) half as much again as the whole sample: the tail's gaps come from the sample.
+        list(struct_pack(itl_ms := itl_ms, server_itl_ms := server_itl_ms, own_ms := own_ms,
+                         slowed_ms := prefill_slowed_ms, between_prefill_ms := between_prefill_ms,
+                         between_other_ms := between_other_ms,
+                           flags := (index = 1)::INTEGER + 2 * coalesce(preempted, false)::INTEGER
+                               + 4 * coalesce(step_emission, false)::INTEGER + 8 * (client_itl_ms IS NOT NULL)::INTEGER))
+            FILTER (WHERE emission AND (request_key * 7919 + index) % (SELECT greatest(ceil(coalesce(sum(decode_tokens), 0)
+                / any_value(t.tail_itl_sample)), 1)::BIGINT FROM tokens_requests, _thresholds AS t WHERE NOT failed) = 0)
+            AS sampled_gaps,
+        list(struct_pack(request_key := request_key, no_step_ms := server_itl_ms - own_ms)) FILTER (WHERE preempted)
+            AS stalls
+    FROM (SELECT *, step_ms IS NOT NULL OR step_id IS NOT NULL AS _has_step FROM tokens_gaps)
+    WHERE NOT failed
+)
+SELECT
+    gaps, gap_tokens, client_gaps, itl_mean_ms,
+    q[1] AS itl_p50_ms, q[2] AS itl_p90_ms, q[3] AS itl_p95_ms, q[4] AS itl_p99_ms,
+    q[5] AS itl_p40_ms, q[6] AS itl_p60_ms,
+    host_gaps, coalesce(host_sum_ms, 0) AS host_sum_ms, coalesce(host_step_sum_ms, 0) AS host_step_sum_ms,
+    itl_fit_n, coalesce(itl_fit_sx, 0) AS itl_fit_sx, coalesce(itl_fit_sxx, 0) AS itl_fit_sxx,
+    coalesce(itl_fit_sy, 0) AS itl_fit_sy, coalesce(itl_fit_syy, 0) AS itl_fit_syy,
+    coalesce(itl_fit_sxy, 0) AS itl_fit_sxy,
+    step_emissions, step_tokens, step_match_min, step_match_max,
+    coalesce(step_itl_ms, 0) AS step_itl_ms, coalesce(step_own_ms, 0) AS step_own_ms,
+    coalesce(step_prefill_wait_ms, 0) AS step_prefill_wait_ms,
+    coalesce(step_prefill_slowed_ms, 0) AS step_prefill_slowed_ms,
+    coalesce(step_other_decode_ms, 0) AS step_other_decode_ms,
+    coalesce(step_itl_ms - step_own_ms - coalesce(step_prefill_wait_ms, 0) - coalesce(step_other_decode_ms, 0)
+        - coalesce(step_no_step_ms, 0), 0) AS step_engine_gap_ms,
+    coalesce(step_no_step_ms, 0) AS step_no_step_ms,
+    step_stalled_requests, step_stalls, step_longest_stall_ms,
+    sampled_gaps, stalls
+FROM s;
+
 -- @table tokens_gap_stats
 -- The statistics that need tokens in order (they use each token's gap to the
--- previous one), in one pass over tokens_gaps of successful requests: ITL
+-- previous one), from the one ordered pass over tokens_gaps of successful requests: ITL
 -- percentiles per emission (a chunk of tokens streamed together counts once, as
 -- vLLM bench serve counts them; TPOT stays per token), host time between steps, and the moment sums that fit
 -- server-side ITL against kv_len (the decode fit's basis when no step times
@@ -275,6 +355,8 @@ GROUP BY trace, request_id, request_key;
 -- @column itl_p90_ms: 90th percentile ITL, milliseconds.
 -- @column itl_p95_ms: 95th percentile ITL, milliseconds.
 -- @column itl_p99_ms: 99th percentile ITL, milliseconds.
+-- @column itl_p40_ms: 40th percentile ITL, milliseconds (module tail: typical gaps lie between p40 and p60).
+-- @column itl_p60_ms: 60th percentile ITL, milliseconds.
 -- @column host_gaps: Emissions with both a server-side gap and a step time (count).
 -- @column host_sum_ms: Sum of host_ms (server gap minus step time, not below 0) over those, milliseconds.
 -- @column host_step_sum_ms: Sum of step time over those, milliseconds.
@@ -299,54 +381,9 @@ GROUP BY trace, request_id, request_key;
 -- @column step_stalls: Preemption stalls (count).
 -- @column step_longest_stall_ms: Longest preemption stall, milliseconds.
 CREATE OR REPLACE TEMP TABLE tokens_gap_stats AS
-WITH s AS (
-    SELECT
-        count(*) FILTER (WHERE emission) AS gaps,
-        count(*) AS gap_tokens,
-        count(client_itl_ms) FILTER (WHERE emission) AS client_gaps,
-        favg(itl_ms) FILTER (WHERE emission) AS itl_mean_ms,
-        quantile_cont(itl_ms, [0.5, 0.9, 0.95, 0.99]) FILTER (WHERE emission) AS q,
-        count(host_ms) AS host_gaps,
-        sum(host_ms) AS host_sum_ms,
-        sum(step_ms) FILTER (WHERE host_ms IS NOT NULL) AS host_step_sum_ms,
-        count(kv_len) FILTER (WHERE server_itl_ms > 0) AS itl_fit_n,
-        sum(kv_len::DOUBLE) FILTER (WHERE server_itl_ms > 0) AS itl_fit_sx,
-        sum(kv_len::DOUBLE * kv_len) FILTER (WHERE server_itl_ms > 0) AS itl_fit_sxx,
-        sum(CASE WHEN kv_len IS NOT NULL THEN server_itl_ms END) FILTER (WHERE server_itl_ms > 0) AS itl_fit_sy,
-        sum(CASE WHEN kv_len IS NOT NULL THEN server_itl_ms * server_itl_ms END) FILTER (WHERE server_itl_ms > 0)
-            AS itl_fit_syy,
-        sum(kv_len * server_itl_ms) FILTER (WHERE server_itl_ms > 0) AS itl_fit_sxy,
-        count(*) FILTER (WHERE step_emission) AS step_emissions,
-        count(*) FILTER (WHERE _has_step) AS step_tokens,
-        min(step_match) AS step_match_min, max(step_match) AS step_match_max,
-        -- sums of the parts; the engine gap is what is left (steps_accounting): no per-row split here
-        sum(server_itl_ms) FILTER (WHERE step_emission) AS step_itl_ms,
-        sum(own_ms) AS step_own_ms,
-        sum(between_prefill_ms) FILTER (WHERE NOT preempted) AS step_prefill_wait_ms,
-        sum(prefill_slowed_ms) AS step_prefill_slowed_ms,
-        sum(between_other_ms) FILTER (WHERE NOT preempted) AS step_other_decode_ms,
-        sum(server_itl_ms - own_ms) FILTER (WHERE preempted) AS step_no_step_ms,
-        -- a list, not count(DISTINCT): stalls are few, and a DISTINCT aggregate slows the whole pass
-        len(list_distinct(list(request_key) FILTER (WHERE preempted))) AS step_stalled_requests,
-        count(*) FILTER (WHERE preempted) AS step_stalls,
-        max(server_itl_ms - own_ms) FILTER (WHERE preempted) AS step_longest_stall_ms
-    FROM (SELECT *, step_ms IS NOT NULL OR step_id IS NOT NULL AS _has_step FROM tokens_gaps)
-    WHERE NOT failed
-)
-SELECT
-    gaps, gap_tokens, client_gaps, itl_mean_ms,
-    q[1] AS itl_p50_ms, q[2] AS itl_p90_ms, q[3] AS itl_p95_ms, q[4] AS itl_p99_ms,
-    host_gaps, coalesce(host_sum_ms, 0) AS host_sum_ms, coalesce(host_step_sum_ms, 0) AS host_step_sum_ms,
-    itl_fit_n, coalesce(itl_fit_sx, 0) AS itl_fit_sx, coalesce(itl_fit_sxx, 0) AS itl_fit_sxx,
-    coalesce(itl_fit_sy, 0) AS itl_fit_sy, coalesce(itl_fit_syy, 0) AS itl_fit_syy,
-    coalesce(itl_fit_sxy, 0) AS itl_fit_sxy,
-    step_emissions, step_tokens, step_match_min, step_match_max,
-    coalesce(step_itl_ms, 0) AS step_itl_ms, coalesce(step_own_ms, 0) AS step_own_ms,
-    coalesce(step_prefill_wait_ms, 0) AS step_prefill_wait_ms,
-    coalesce(step_prefill_slowed_ms, 0) AS step_prefill_slowed_ms,
-    coalesce(step_other_decode_ms, 0) AS step_other_decode_ms,
-    coalesce(step_itl_ms - step_own_ms - coalesce(step_prefill_wait_ms, 0) - coalesce(step_other_decode_ms, 0)
-        - coalesce(step_no_step_ms, 0), 0) AS step_engine_gap_ms,
-    coalesce(step_no_step_ms, 0) AS step_no_step_ms,
-    step_stalled_requests, step_stalls, step_longest_stall_ms
-FROM s;
+SELECT gaps, gap_tokens, client_gaps, itl_mean_ms, itl_p50_ms, itl_p90_ms, itl_p95_ms, itl_p99_ms,
+    itl_p40_ms, itl_p60_ms, host_gaps, host_sum_ms, host_step_sum_ms, itl_fit_n, itl_fit_sx, itl_fit_sxx,
+    itl_fit_sy, itl_fit_syy, itl_fit_sxy, step_emissions, step_tokens, step_match_min, step_match_max,
+    step_itl_ms, step_own_ms, step_prefill_wait_ms, step_prefill_slowed_ms, step_other_decode_ms,
+    step_engine_gap_ms, step_no_step_ms, step_stalled_requests, step_stalls, step_longest_stall_ms
+FROM _tokens_gap_pass

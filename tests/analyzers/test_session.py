@@ -130,3 +130,25 @@ def test_analyses_of_one_session_compare_by_identity() -> None:
     b = analyze(_first_requests(full, 3), session=session)
     assert a.con is b.con
     assert a != b and a == a
+
+
+def test_a_session_without_the_tail_gives_the_rest_unchanged(tmp_path: Path) -> None:
+    """``Session(tail=False)`` (a live view's ticks): the tail's modules do not run, so the tail is null and
+    no tail finding fires, from the first snapshot on; every other figure is a fresh analysis's."""
+    from tail_scenarios import queue_bursts
+
+    trace = open_trace(queue_bursts(tmp_path / "q", n=300).path)
+    fresh = analyze(trace).to_json()
+    assert fresh["tail"] is not None and any(f["id"].startswith("tail-") for f in fresh["findings"])
+    session = Session(tail=False)
+    for _ in range(2):  # the snapshot that opens the session, then one that reuses it
+        doc = analyze(trace, session=session).to_json()
+        assert doc["tail"] is None
+        assert not any(f["id"].startswith("tail-") for f in doc["findings"])
+        assert _without_tail(doc) == _without_tail(fresh)
+        assert doc["findings"] == [f for f in fresh["findings"] if not f["id"].startswith("tail-")]
+    assert session.reused == 1
+
+
+def _without_tail(doc: dict) -> dict:
+    return {k: v for k, v in doc.items() if k not in ("tail", "findings", "traces")}

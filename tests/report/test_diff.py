@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from tests.analyzers.analyzer_scenarios import Req, scenario
@@ -65,4 +66,30 @@ def test_the_tui_opens_a_diff(pair: tuple[Path, Path]) -> None:
 
     head, n_lat, n_comp = asyncio.run(go())
     assert doc["headline"] in head
-    assert n_lat == len(doc["latency"]) == 8 and n_comp == len(doc["components"])
+    assert n_lat == len(doc["latency"]) == 12 and n_comp == len(doc["components"])
+
+
+def test_the_diff_says_which_component_moved_the_tail(tmp_path: Path) -> None:
+    """B's prefill is twice as slow per prompt token: its p99 TTFT (the 30k-token prompts) moves, and the
+    diff's tail names prefill with the change the generator made to those requests."""
+    from tests.analyzers.tail_scenarios import long_prompts
+
+    a = long_prompts(tmp_path / "a", n=600)
+    b = long_prompts(tmp_path / "b", n=600, prefill_per_token=0.06)
+    doc = diff(a.path, b.path)
+    t = next(x for x in doc["tail"] if (x["metric"], x["stat"]) == ("ttft", "p99"))
+    assert t["top"] == "prefill"
+    means = []
+    for w in (a, b):  # the requests above numpy's p99 of the TTFTs written, and their mean prefill
+        reqs = list(w.reqs.values())
+        ttft = np.array([r.network + r.queue + r.tokenize + r.prefill for r in reqs])
+        tail = [r for r, x in zip(reqs, ttft, strict=True) if x > np.percentile(ttft, 99)]
+        assert all(r.prompt == 30_000 for r in tail)  # the tail is long prompts in both runs
+        means.append((len(tail), float(np.mean([r.prefill for r in tail]))))
+    assert (t["a_requests"], t["b_requests"]) == (means[0][0], means[1][0])
+    top = t["components"][0]
+    assert top["a_ms"] == pytest.approx(means[0][1], abs=0.01)
+    assert top["delta_ms"] == pytest.approx(means[1][1] - means[0][1], abs=0.01)
+    p99 = next(x for x in doc["latency"] if (x["metric"], x["stat"]) == ("ttft", "p99"))
+    assert p99["delta_pct"] > 50  # (6 requests above p99: its interval is wide)
+    assert "its tail moved most in prefill" in doc["headline"]

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tui_traces import chat_trace, xregion_trace
+from tui_traces import chat_trace, tail_trace, xregion_trace
 
 
 @pytest.fixture(scope="session")
@@ -17,6 +17,12 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
     chat_trace(root / "chat")
     xregion_trace(root / "xregion")
     return root
+
+
+@pytest.fixture(scope="session")
+def tailq(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """400 requests whose p99 TTFT is queueing behind bursts (tui_traces.tail_trace)."""
+    return tail_trace(tmp_path_factory.mktemp("tui-tail") / "queue")
 
 
 @pytest.fixture(scope="session")

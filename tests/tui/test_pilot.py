@@ -177,7 +177,7 @@ async def test_sql_console_runs_reads_and_refuses_writes(chat: Path, make_app: A
         message = app.screen.query_one("#sql-message", Static)
         result = app.screen.query_one("#sql-result", DataTable)
         assert "read-only" in text_of(message) and "tokens_gaps" in text_of(message)
-        box.value = "SELECT key, verdict FROM claims ORDER BY ordinal"
+        box.value = "SELECT key, verdict FROM claims WHERE scope IS NULL ORDER BY ordinal"  # about the mean request
         await pilot.press("enter")
         await settle(pilot)
         assert result.row_count == 12 and [str(c) for c in result.get_row_at(0)] == ["network", "misdiagnosis"]
@@ -342,3 +342,39 @@ async def test_live_source_refreshes_in_the_worker_without_piling_up(chat: Path)
         await pilot.press("q")
     assert app.return_code == 0
     assert sys.getswitchinterval() == before, "the process's switch interval is restored"
+
+
+async def test_the_tail_screen_shows_what_the_analysis_explains(tailq: Path, make_app: Any) -> None:
+    """``6``: the tail findings, then per metric the tail against typical requests, from the analysis' tail."""
+    from tracetool.tui.screens.tail import TailScreen
+    from tracetool.tui.widgets.tail import TailPanel
+
+    app = make_app(tailq)
+    async with app.run_test(size=(160, 60)) as pilot:
+        await settle(pilot)
+        await pilot.press("6")
+        await settle(pilot)
+        assert isinstance(app.screen, TailScreen)
+        doc = next(iter(app.snapshot.views.values())).doc
+        text = screen_text(app)
+        assert "tail-queue-bursts" in text
+        panels = {p.metric: p for p in app.screen.query(TailPanel)}
+        assert set(panels) == {"ttft", "e2e", "tpot", "itl"}
+        ttft = panels["ttft"]._tail
+        assert ttft == doc["tail"]["ttft"]  # the screen shows the analysis' object as it is
+        assert ttft["explained"] == "p95" and ttft["top_component"] == "queue"  # 400 requests: 4 above p99
+        assert ttft["sentence"][:40] in text
+        assert "✓ separates" in text and "requests in flight at arrival" in text
+
+
+def test_a_story_about_the_tail_gets_the_tails_verdict(snap: Any, tailq: Path) -> None:
+    """"p95 TTFT is the network" is judged on the p95 TTFT tail (module tail), not on the mean request."""
+    from tracetool.tui.story import judge
+
+    view = next(iter(snap(tailq).views.values()))
+    tail = judge(view, "p95 TTFT is the network")
+    mean = judge(view, "it's the network")
+    assert tail.detail != mean.detail and tail.detail.startswith("p95 TTFT:")
+    assert tail.verdict == "misdiagnosis" and "tail" in tail.statement
+    assert judge(view, "p95-ttft=queue").verdict == "supported"
+    assert {f["id"] for f in tail.findings} == {"tail-queue-bursts"}

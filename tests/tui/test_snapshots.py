@@ -53,6 +53,18 @@ def test_gpu_cpu_hidden_without_tables(snap_compare: Any, make_app: Any, xregion
     assert snap_compare(make_app(xregion), terminal_size=WIDE, run_before=_prepare("3"))
 
 
+def test_tail(snap_compare: Any, make_app: Any, tailq: Path) -> None:
+    assert snap_compare(make_app(tailq), terminal_size=WIDE, run_before=_prepare("6"))
+
+
+def test_tail_narrow(snap_compare: Any, make_app: Any, tailq: Path) -> None:
+    assert snap_compare(make_app(tailq), terminal_size=(80, 24), run_before=_prepare("6"))
+
+
+def test_tail_too_few_requests(snap_compare: Any, make_app: Any, chat: Path) -> None:
+    assert snap_compare(make_app(chat), terminal_size=WIDE, run_before=_prepare("6"))
+
+
 def test_requests(snap_compare: Any, make_app: Any, chat: Path) -> None:
     assert snap_compare(make_app(chat), terminal_size=WIDE, run_before=_prepare("4"))
 

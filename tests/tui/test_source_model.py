@@ -96,8 +96,13 @@ def test_a_live_tick_analyses_only_the_view_shown(traces: Path) -> None:
 
 
 def test_every_story_is_judged_up_front(chat: Path, snap: Any) -> None:
-    keys = [r["key"] for r in snap(chat).view(None).analysis.rows("claims")]
-    assert sorted(keys) == sorted(s.key for s in stories())
+    rows = snap(chat).view(None).analysis.rows("claims")
+    assert sorted(r["key"] for r in rows if r["scope"] is None) == sorted(s.key for s in stories())
+    # and every story about a tail (the hypothesis dialog judges "p99 TTFT is the network" on that tail)
+    from analyzers.params import tail_claims
+
+    assert sorted(f"{r['scope'].split('-')[0]}-{r['scope'].split('-')[1]}={r['key']}" for r in rows
+                  if r["scope"] is not None) == sorted(tail_claims())
 
 
 def test_diagnosis_on_a_decode_dominant_chat(chat: Path, snap: Any) -> None:

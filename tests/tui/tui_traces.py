@@ -6,10 +6,13 @@
   py-spy samples by category. Decode holds ~92 % of e2e; the network ~2 %.
 * :func:`xregion_trace`: a cross-region link and four-token answers: the network
   (180 ms round trip) really is the problem. No gpu or stacks tables.
+* :func:`tail_trace`: 400 requests queueing behind Poisson arrivals at an engine with four slots
+  (tests/analyzers/tail_scenarios.py, seeded): the p99 TTFT is queueing, and the tail arrived
+  when many requests were in flight.
 * :func:`bad_trace`: a tokens file that is not Arrow.
 * :func:`two_servers`: a dataset, the sample traces copied under ``server=a/`` and ``server=b/``.
 
-Everything is deterministic: no clocks, no random numbers.
+Everything is deterministic: no clocks, and random numbers only from fixed seeds.
 """
 
 from __future__ import annotations
@@ -187,3 +190,9 @@ def two_servers(root: Path) -> Path:
         for name in names:
             shutil.copytree(SAMPLES / name, root / f"server={server}" / name)
     return root
+
+
+def tail_trace(directory: Path) -> Path:
+    from tests.analyzers.tail_scenarios import queue_bursts
+
+    return queue_bursts(directory, n=400, seed=0).path

@@ -179,6 +179,8 @@ def print_analysis(doc: dict[str, Any]) -> None:
              f"{sl['requests']} requests met it ({fmt_pct(sl['attainment'])}), goodput "
              f"{'-' if sl['goodput_rps'] is None else format(sl['goodput_rps'], '.2f')} req/s: "
              + ("met" if sl["met"] else f"NOT met (needs {fmt_pct(sl['attainment_target'])})"))
+    if doc.get("tail"):
+        _print_tail(doc["tail"])
     if doc["findings"]:
         echo("")
         echo("findings")
@@ -189,8 +191,9 @@ def print_analysis(doc: dict[str, Any]) -> None:
         echo("")
         echo("claims")
         for c in doc["claims"]:
+            of = f"of the {c['scope']} tail's gap" if c.get("scope") else "of e2e"
             echo(f"  {_VERDICT_MARK.get(c['verdict'], '-')} \"{c['claim']}\": {c['verdict']} "
-                 f"({fmt_pct(c['share'])} of e2e)")
+                 f"({fmt_pct(c['share'])} {of})")
             echo(f"      {c['detail']}")
     if len(traces) > 1 and "requests" in traces[0]:
         echo("")
@@ -284,3 +287,13 @@ def _print_engine(e: dict[str, Any]) -> None:
             continue
         pct = f", {bucketed_percentiles(t, fmt_ms)}" if t.get("bucketed") else ""
         echo(f"  {concept + ' time':<14} mean {fmt_ms(t.get('mean'))} over {t.get('n')} requests{pct}")
+
+
+def _print_tail(tail: dict[str, Any]) -> None:
+    """The tail against typical requests (p40-p60): per metric, what is explained and where its time is."""
+    echo("")
+    echo("the tail (above p99, else p95, against the typical p40-p60 requests; share of the gap)")
+    for metric in ("ttft", "e2e", "tpot", "itl"):
+        t = tail.get(metric)
+        if t:
+            echo(f"  {t['sentence']}")

@@ -59,7 +59,7 @@ class Run:
         components = {c: {**v, "ms": fmt.rnd(v["ms"], 3), "share": fmt.rnd(v["share"], 4)}
                       for c, v in self.doc["components"].items()}
         return Side(label=self.label, latency=latency, components=components, samples=self.samples,
-                    slo=self.doc.get("slo"))
+                    slo=self.doc.get("slo"), tail=self.doc.get("tail"))
 
 
 def analyse(path: str | os.PathLike[str], *, role: str = "trace", model: str | None = None,
@@ -220,7 +220,8 @@ def _check(c: Any) -> dict[str, Any]:
     digits = {"pct": 2, "ms": 3, "share": 4, "rps": 3}[c.unit]
     return {"id": c.id, "kind": c.kind, "key": c.key, "title": c.title, "status": c.status, "unit": c.unit,
             "value": fmt.rnd(c.value, digits), "limit": c.limit,
-            "ci_low": fmt.rnd(c.ci_low, 2), "ci_high": fmt.rnd(c.ci_high, 2), "message": c.message}
+            "ci_low": fmt.rnd(c.ci_low, 2), "ci_high": fmt.rnd(c.ci_high, 2), "message": c.message,
+            **({"tail": c.tail} if c.tail else {})}
 
 
 __all__ = ["FORMAT", "VERSION", "Report", "Run", "analyse", "build_report", "samples_of"]

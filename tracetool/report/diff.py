@@ -8,7 +8,10 @@ component of the attribution, its time **per request** (its sum over requests
 of e2e, in A and B, with a bootstrap interval of the change in ms per request
 (the same resampling: requests as units, 2,000 resamples, seed 0, 95 %). ``top``
 names the component that moved most; ``headline`` says it in one line, e.g.
-``+18 % p95 TTFT, all in queue`` (docs/cli.md).
+``+18 % p95 TTFT, all in queue`` (docs/cli.md). For the tails (the requests above
+p95 and above p99 of each run, the analysis' ``tail`` object) ``tail`` compares the
+two runs' tail requests component by component: which component moved the tail,
+which the headline adds when the figure that moved most is a p95 or p99.
 """
 
 from __future__ import annotations
@@ -25,12 +28,13 @@ from tracetool.report import fmt
 from tracetool.report.budget import METRICS, Settings
 from tracetool.report.gate import Comparison, Side, compare
 from tracetool.report.stats import resample_counts
+from tracetool.report.tail import TAIL_METRICS, TAIL_STATS, moved, tail_of
 from tracetool.schema import COMPONENTS
 from tracetool.untrusted import echo, shown
 
 FORMAT = "tracetool-diff"
 VERSION = 1
-STATS = ("p50", "p95")
+STATS = ("p50", "p95", "p99")
 #: A component holding at least this share of the e2e change is where it went ("all in", "mostly in").
 ALL_IN, MOSTLY_IN = 0.8, 0.5
 
@@ -91,16 +95,33 @@ def diff(a_path: str | os.PathLike[str], b_path: str | os.PathLike[str], *, sett
                       "a_share": _r(share_a, 4), "b_share": _r(share_b, 4),
                       "delta_share": _r(share_b - share_a, 4) if share_a is not None and share_b is not None
                       else None})
-    moved = [c for c in comps if c["delta_ms"] is not None]
-    top = max(moved, key=lambda m: abs(m["delta_ms"]))["component"] if moved else None
+    changed = [c for c in comps if c["delta_ms"] is not None]
+    top = max(changed, key=lambda m: abs(m["delta_ms"]))["component"] if changed else None
     doc = {"format": FORMAT, "version": VERSION,
            "a": {"label": a.label, "path": a.path, "requests": a.doc["requests"], "bottleneck": a.doc["bottleneck"]},
            "b": {"label": b.label, "path": b.path, "requests": b.doc["requests"], "bottleneck": b.doc["bottleneck"]},
            "settings": {"confidence": s.confidence, "bootstrap": s.bootstrap, "seed": s.seed,
                         "min_requests": s.min_requests},
-           "latency": latency, "components": comps, "top": top}
+           "latency": latency, "components": comps, "top": top, "tail": _tails(a.doc, b.doc)}
     doc["headline"] = headline(doc)
     return doc
+
+
+def _tails(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per metric and tail (p95, p99) both runs explain: the two tail groups and, per component, its
+    mean per tail request in A and B, the component that moved most first."""
+    out = []
+    for metric in TAIL_METRICS:
+        for stat in TAIL_STATS:
+            ga, gb = tail_of(a.get("tail"), metric, stat), tail_of(b.get("tail"), metric, stat)
+            if ga is None or gb is None:
+                continue
+            m = moved(ga, gb)
+            out.append({"metric": metric, "stat": stat, "a_requests": ga["n"], "b_requests": gb["n"],
+                        "a_gap_ms": _r(ga["gap_ms"], 3), "b_gap_ms": _r(gb["gap_ms"], 3),
+                        "top": m[0]["component"] if m else None,
+                        "components": [{k: (_r(v, 3) if isinstance(v, float) else v) for k, v in x.items()} for x in m]})
+    return out
 
 
 def _delta_interval(va: np.ndarray, vb: np.ndarray, s: Settings, seed: tuple[int, int]) -> tuple[float, float]:
@@ -136,13 +157,20 @@ def headline(doc: dict[str, Any]) -> str:
     said = f"{best['delta_pct']:+.0f} % {best['stat']} {fmt.METRIC_NAMES.get(best['metric'], best['metric'])}"
     if not best["significant"]:
         said += " (not significant)"
+    tail = next((t for t in doc.get("tail") or [] if (t["metric"], t["stat"]) == (best["metric"], best["stat"])
+                 and t["top"] is not None), None)
+    in_tail = ""
+    if tail is not None:
+        t = tail["components"][0]
+        what = "in time no component measures" if t["component"] == "unattributed" else f"in {t['component']}"
+        in_tail = f"; its tail moved most {what} ({t['delta_ms']:+.3g} ms per tail request)"
     top = next((c for c in doc["components"] if c["component"] == doc["top"]), None)
     if top is None:
-        return said + "; where it went is not measured in both traces"
+        return said + "; where it went is not measured in both traces" + in_tail
     total = sum(c["delta_ms"] for c in doc["components"] if c["delta_ms"] is not None)
     part = top["delta_ms"] / total if total else 0.0
     where = ("all in" if part >= ALL_IN else "mostly in" if part >= MOSTLY_IN else "most in") + f" {top['component']}"
-    return f"{said}, {where} ({top['delta_ms']:+.3g} ms per request)"
+    return f"{said}, {where} ({top['delta_ms']:+.3g} ms per request){in_tail}"
 
 
 def _r(x: float | None, d: int) -> float | None:
@@ -168,6 +196,15 @@ def print_diff(doc: dict[str, Any]) -> None:
         sh = f"{_pct(c['a_share'])} -> {_pct(c['b_share'])}"
         mark = " <- top" if c["component"] == doc["top"] else ""
         echo(f"{c['component']:<13}{_ms(c['a_ms']):>10}{_ms(c['b_ms']):>10}{ch:>11}  {ci:<22}{sh}{mark}")
+    if doc.get("tail"):
+        echo("")
+        echo(f"{'tail':<12}{'requests A/B':>14}  {'component':<13}{'A ms/req':>10}{'B ms/req':>10}{'change':>11}")
+        for t in doc["tail"]:
+            name = f"{t['stat']} {fmt.METRIC_NAMES.get(t['metric'], t['metric'])}"
+            counts = f"{t['a_requests']}/{t['b_requests']}"
+            for i, c in enumerate(t["components"][:3]):
+                echo(f"{name if i == 0 else '':<12}{counts if i == 0 else '':>14}  {c['component']:<13}"
+                      f"{_ms(c['a_ms']):>10}{_ms(c['b_ms']):>10}{c['delta_ms']:>+11.2f}")
 
 
 def _ms(x: float | None) -> str:

@@ -21,13 +21,14 @@ prove both halves (noise is not flagged, +30 % ITL is).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
 from tracetool.report import fmt
 from tracetool.report.budget import DEFAULT_STATS, METRICS, Budget, Limit, Settings
 from tracetool.report.stats import STATS, Interval, Sample, bootstrap_relative, mann_whitney_greater
+from tracetool.report.tail import tail_of, what_moved, where
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ class Side:
     samples: Mapping[str, Sample]
     #: the analysis' ``slo`` object (goodput, attainment), when SLOs were given
     slo: Mapping[str, Any] | None = None
+    #: the analysis' ``tail`` object: the requests above p95 and p99 against typical ones
+    tail: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,9 @@ class Check:
     value: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
+    #: on a p95 or p99 check that failed or warned: which component moved the tail (or, with no baseline,
+    #: where the tail's time goes), in words; also at the end of ``message``
+    tail: str | None = None
 
 
 @dataclass
@@ -132,17 +138,30 @@ def evaluate(cand: Side, base: Side | None, budget: Budget) -> GateResult:
             for st in STATS:
                 lim = relative.get((metric, st))
                 if lim is not None:
-                    out.checks.append(_relative_check(comps[(metric, st)], lim.value, s, budget_key=lim.key))
+                    check = _relative_check(comps[(metric, st)], lim.value, s, budget_key=lim.key)
                 elif s.default_checks and st in DEFAULT_STATS:
-                    out.checks.append(_relative_check(comps[(metric, st)], s.tolerance_pct, s, budget_key=None))
+                    check = _relative_check(comps[(metric, st)], s.tolerance_pct, s, budget_key=None)
+                else:
+                    continue
+                out.checks.append(_with_tail(check, what_moved(tail_of(base.tail, metric, st),
+                                                               tail_of(cand.tail, metric, st), st)))
     for lim in budget.limits:
         if lim.kind == "absolute":
-            out.checks.append(_absolute_check(cand, lim, s))
+            assert lim.stat is not None
+            out.checks.append(_with_tail(_absolute_check(cand, lim, s), where(tail_of(cand.tail, lim.metric, lim.stat),
+                                                                               lim.stat, lim.metric)))
         elif lim.kind == "share":
             out.checks.append(_share_check(cand, lim, s))
         elif lim.kind == "slo":
             out.checks.append(_slo_check(cand, lim, s))
     return out
+
+
+def _with_tail(check: Check, note: str | None) -> Check:
+    """A failed or warned check on a percentile with a tail group says where the tail's time went."""
+    if note is None or check.status not in ("fail", "warn"):
+        return check
+    return replace(check, tail=note, message=f"{check.message}; {note}")
 
 
 def compare(base: Side, cand: Side, metric: str, stats: list[str], settings: Settings,

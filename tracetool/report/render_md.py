@@ -95,7 +95,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
     if doc["claims"]:
         out += ["### Claims", ""]
         rows = [[f"“{md_text(c['claim'])}”", f"{VERDICT_MARK.get(c['verdict'], '')} {md_text(c['verdict'])}",
-                 fmt.share(c["share"]), md_text(c["detail"])] for c in doc["claims"]]
+                 fmt.share(c["share"]) + (f" of the {md_text(c['scope'])} tail's gap" if c.get("scope") else ""),
+                 md_text(c["detail"])] for c in doc["claims"]]
         out += table(["claim", "verdict", "share of e2e", "evidence"], rows, "llrl")
         out.append("")
     if doc.get("html"):

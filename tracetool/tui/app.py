@@ -1,4 +1,4 @@
-"""The Textual app: one analysis of a trace source, shown on five screens.
+"""The Textual app: one analysis of a trace source, shown on six screens.
 
 Data flow (attributes down, messages up):
 
@@ -49,6 +49,7 @@ from tracetool.tui.screens.overview import OverviewScreen
 from tracetool.tui.screens.requests import RequestsScreen
 from tracetool.tui.screens.sql import SqlScreen
 from tracetool.tui.screens.system import SystemScreen
+from tracetool.tui.screens.tail import TailScreen
 
 THEMES = {"dark": "textual-dark", "light": "textual-light"}
 
@@ -59,7 +60,7 @@ class TraceApp(App[int]):
     TITLE = "tracetool"
     CSS_PATH = "styles/app.tcss"
     MODES: ClassVar = {"overview": OverviewScreen, "decode": DecodeScreen, "system": SystemScreen,
-                       "requests": RequestsScreen, "sql": SqlScreen}
+                       "requests": RequestsScreen, "sql": SqlScreen, "tail": TailScreen}
     DEFAULT_MODE: ClassVar[str] = "overview"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]  # noqa: RUF012 (Textual reads it)
     VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]  # noqa: RUF012
@@ -78,6 +79,7 @@ class TraceApp(App[int]):
         Binding("3", "switch_mode('system')", "GPU/CPU", show=False),
         Binding("4", "switch_mode('requests')", "Requests", show=False),
         Binding("5", "switch_mode('sql')", "SQL", show=False),
+        Binding("6", "switch_mode('tail')", "Tail", show=False),
     ]
 
     #: Analyses of a live source in flight at once (a static source has one at a time).

@@ -17,7 +17,7 @@ from tracetool.tui import fmt
 
 
 class DiffApp(App[int]):
-    """One screen: headline, latency table, component table. ``q`` quits."""
+    """One screen: headline, latency table, component table, the tails' table. ``q`` quits."""
 
     TITLE = "tracetool diff"
     BINDINGS: ClassVar[list[BindingType]] = [Binding("q", "quit", "Quit")]
@@ -37,6 +37,7 @@ class DiffApp(App[int]):
             yield Static(Content(fmt.text(f"A {d['a']['label']} → B {d['b']['label']}: {d['headline']}")), id="headline")
             yield DataTable(id="latency", cursor_type="row", zebra_stripes=True)
             yield DataTable(id="components", cursor_type="row", zebra_stripes=True)
+            yield DataTable(id="tail", cursor_type="row", zebra_stripes=True)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -54,6 +55,13 @@ class DiffApp(App[int]):
             comps.add_row(name, _f(c["a_ms"]), _f(c["b_ms"]), "–" if c["delta_ms"] is None else f"{c['delta_ms']:+.2f}",
                           "–" if c["ci_low_ms"] is None else f"{c['ci_low_ms']:+.2f} … {c['ci_high_ms']:+.2f}",
                           f"{_p(c['a_share'])} → {_p(c['b_share'])}")
+        tail = self.query_one("#tail", DataTable)
+        tail.add_columns("tail", "requests A/B", "moved most", "A ms/req", "B ms/req", "change (ms)")
+        for t in self.doc.get("tail") or []:
+            top = (t["components"] or [None])[0]
+            tail.add_row(f"{t['stat']} {METRIC_NAMES.get(t['metric'], t['metric'])}", f"{t['a_requests']}/{t['b_requests']}",
+                         top["component"] if top else "–", _f(top["a_ms"] if top else None),
+                         _f(top["b_ms"] if top else None), "–" if top is None else f"{top['delta_ms']:+.2f}")
 
 
 def _f(x: float | None) -> str:

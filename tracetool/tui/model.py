@@ -52,9 +52,10 @@ class View:
     doc: dict[str, Any]
     lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
-    def claim(self, key: str) -> dict[str, Any] | None:
-        """The analyzer's verdict row (``claims`` table) for a claim key."""
-        return next((r for r in self.analysis.rows("claims") if r["key"] == key), None)
+    def claim(self, key: str, scope: str | None = None) -> dict[str, Any] | None:
+        """The analyzer's verdict row (``claims`` table) for a claim key, about the mean request or, with a
+        ``scope`` (``p99-ttft``), about that tail."""
+        return next((r for r in self.analysis.rows("claims") if r["key"] == key and r["scope"] == scope), None)
 
 
 @dataclass
@@ -92,11 +93,13 @@ class Snapshot:
         return next(iter(self.views.values()))
 
 
-def story_keys() -> list[str]:
-    """Every claim key the analyzer knows, in its catalogue's order."""
+def story_keys(tail: bool = True) -> list[str]:
+    """Every claim key the analyzer knows, in its catalogue's order, then (``tail``) every claim about a tail:
+    a live view's sessions leave the tail out (analyzers.connection.Session)."""
     from analyzers import CLAIMS
+    from analyzers.params import tail_claims
 
-    return list(CLAIMS)
+    return [*CLAIMS, *(tail_claims() if tail else [])]
 
 
 class Sessions:
@@ -127,7 +130,7 @@ class Sessions:
             if self._free:
                 session = self._free.pop()
             else:
-                session = Session()
+                session = Session(tail=False)  # a live tick: the tail is analysed on a recording
                 self._made.append(session)
         try:
             yield session
@@ -185,7 +188,7 @@ def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
 
     kw: dict[str, Any] = {"model": options.model, "gpu": options.gpu, "gpus": options.gpus,
                           "weight_dtype": options.weight_dtype, "kv_dtype": options.kv_dtype,
-                          "claims": story_keys()}
+                          "claims": story_keys(tail=sessions is None)}
     choices = None
     views: dict[str, View] = {}
     with sessions.take() if sessions is not None else nullcontext() as session:

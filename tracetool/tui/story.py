@@ -68,7 +68,7 @@ def diagnosis(view: View) -> list[DiagnosisRow]:
     A suspect made of two components (pre/post-processing) shows the stronger
     verdict, the summed measured share and both evidence lines.
     """
-    claims = {r["key"]: r for r in view.analysis.rows("claims")}
+    claims = {r["key"]: r for r in view.analysis.rows("claims") if r["scope"] is None}  # about the mean request
     fired = {f["id"]: f for f in view.doc.get("findings", [])}
     rows = []
     for s in SUSPECTS:
@@ -130,18 +130,23 @@ def judge(view: View, words: str) -> Verdict:
     from analyzers import CLAIMS, parse_claim
 
     spec = parse_claim(words)
-    row = view.claim(spec.key)
+    row = view.claim(spec.key, spec.scope)
     component = CLAIMS[spec.key][0]
     related = {f for s in SUSPECTS if component in s.claims for f in s.findings}
-    if spec.key == "throughput":
+    statement = CLAIMS[spec.key][1]
+    if spec.scope:  # a story about a tail: judged on that tail, with the tail findings beside it
+        component = spec.tail_component or component
+        statement = f"{statement} (about the {spec.scope_level} {(spec.scope_metric or '').upper()} tail)"
+        related = {f["id"] for f in view.doc.get("findings", []) if f["id"].startswith("tail-")}
+    elif spec.key == "throughput":
         related = {"throughput-conflation"}
     elif spec.key == "compute-bound":
         related = {"decode-memory-bound", "decode-compute-heavy", "no-roofline", "small-model-or-cpu"}
     findings = tuple(f for f in view.doc.get("findings", []) if f["id"] in related)
     if row is None:  # the analysis was made without this claim (never in the app; kept honest)
-        return Verdict(words, spec.key, component, CLAIMS[spec.key][1], "unmeasured", BADGES["unmeasured"], None,
+        return Verdict(words, spec.key, component, statement, "unmeasured", BADGES["unmeasured"], None,
                        "this analysis did not judge the claim", findings)
-    return Verdict(words, spec.key, component, CLAIMS[spec.key][1], row["verdict"], BADGES.get(row["verdict"], "?"),
+    return Verdict(words, spec.key, component, statement, row["verdict"], BADGES.get(row["verdict"], "?"),
                    row["share"], row["detail"], findings)
 
 

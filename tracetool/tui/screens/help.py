@@ -12,7 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 KEYS = (
-    ("1 2 3 4 5", "Overview, Decode, GPU/CPU, Requests, SQL"),
+    ("1 2 3 4 5 6", "Overview, Decode, GPU/CPU, Requests, SQL, Tail"),
     ("h", "test a hypothesis: pick a story, get the analyzer's verdict with numbers"),
     ("t", "next trace: all traces together, then each one (several traces or servers)"),
     ("g", "pick a dataset's group (server=a…; t then steps within it), or a live server"),

@@ -15,7 +15,7 @@ from tracetool.tui import fmt
 class Findings(Vertical):
     """Findings of the analysis (docs/findings.md), as the analyzer wrote them."""
 
-    def show(self, findings: Sequence[dict[str, Any]]) -> None:
+    def show(self, findings: Sequence[dict[str, Any]], empty: Content | None = None) -> None:
         blocks: list[Static] = []
         for f in findings:
             warn = f["severity"] == "warning"
@@ -24,7 +24,7 @@ class Findings(Vertical):
                                  classes="finding"))
             blocks.append(Static(Content.styled(fmt.text(f["detail"]), "$text-muted"), classes="evidence"))
         if not blocks:
-            blocks.append(Static(Content.styled("no findings fired", "$text-muted")))
+            blocks.append(Static(empty or Content.styled("no findings fired", "$text-muted")))
         with self.app.batch_update():
             self.remove_children()
             self.mount_all(blocks)

@@ -7,11 +7,11 @@ from textual.widget import Widget
 
 #: (mode, key, title) in key order.
 TABS = (("overview", "1", "Overview"), ("decode", "2", "Decode"), ("system", "3", "GPU/CPU"),
-        ("requests", "4", "Requests"), ("sql", "5", "SQL"))
+        ("requests", "4", "Requests"), ("sql", "5", "SQL"), ("tail", "6", "Tail"))
 
 
 class NavBar(Widget):
-    """``1 Overview  2 Decode  3 GPU/CPU  4 Requests  5 SQL``; ``current`` is the mode shown."""
+    """``1 Overview  2 Decode  3 GPU/CPU  4 Requests  5 SQL  6 Tail``; ``current`` is the mode shown."""
 
     def __init__(self, current: str, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
