@@ -10,8 +10,9 @@ NVML sampler writes the ``gpu`` table (GPM on Hopper+) and fills
 ITL against the roofline ideal, bandwidth efficiency, GPM DRAM bandwidth
 utilisation during decode, and a verdict. docs/system-collectors.md explains
 each figure. Last it measures what the collectors cost a decode step at the
-first context, against the GPU budget of docs/collectors.md (at most 0.1 % of
-a step), with the method of benchmarks/bench_hooks.py.
+first context, against the budget of docs/collectors.md (at most 10 µs a step,
+and the share of this GPU's step next to the 0.1 % target), with the method of
+benchmarks/bench_hooks.py.
 
     scripts/gpu_check.sh                     # on a machine with an NVIDIA GPU, < 10 min
     python scripts/gpu_check.py --device cpu --tiny   # exercises the code path anywhere
@@ -134,7 +135,7 @@ def overhead(torch: Any, model: Any, ctx: int, blocks: int, device: str) -> None
     """What the collectors (a steps row per forward, a tokens row per token) cost a decode step
     at ``ctx``, against the GPU budget: benchmarks/bench_hooks.py's method, each token brought
     to the host as a streaming server does, wall clock (its own recorder: not in the trace)."""
-    from benchmarks.bench_hooks import GPU_BUDGET_PCT, measure
+    from benchmarks.bench_hooks import GPU_BUDGET_PCT, STEP_BUDGET_US, measure
 
     gen = torch.Generator(device="cpu").manual_seed(ctx)
     prompt = torch.randint(0, model.config.vocab_size, (1, ctx), generator=gen).to(device)
@@ -143,10 +144,11 @@ def overhead(torch: Any, model: Any, ctx: int, blocks: int, device: str) -> None
     step = r["step_ns"]
     d, lo, hi = r["collectors"]
     pct, pct_hi = d / step * 100, hi / step * 100
+    judged = f"budget ≤ {STEP_BUDGET_US:g} µs: {'met' if hi <= STEP_BUDGET_US * 1e3 else 'NOT met'}"
     if device.startswith("cuda"):
-        judged = f"budget ≤ {GPU_BUDGET_PCT:g} % on a GPU: {'met' if pct_hi <= GPU_BUDGET_PCT else 'NOT met'}"
+        judged += f"; ≤ {GPU_BUDGET_PCT:g} % of this step: {'met' if pct_hi <= GPU_BUDGET_PCT else 'NOT met'}"
     else:
-        judged = "on CPU: the GPU budget does not apply (benchmarks/bench_hooks.py measures the CPU one)"
+        judged += " (on CPU; benchmarks/bench_hooks.py measures the budget on its ~1 ms step)"
     print(f"collectors {ctx:>6}: {d / 1e3:+.1f} µs per decode step (95 % {lo / 1e3:+.1f} .. {hi / 1e3:+.1f}) "
           f"= {pct:.3f} % of a {step / 1e6:.2f} ms step (95 % up to {pct_hi:.3f} %); {judged}")
 

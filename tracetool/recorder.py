@@ -326,13 +326,14 @@ def _packed(writer: TraceWriter, table: str) -> PackedSink:
 class RequestHandle:
     """One request being recorded; use as a context manager (sets the current request)."""
 
-    __slots__ = ("_buf", "_code", "_frombytes", "_max_items", "_pack", "_rec", "_spans", "_tok", "_token_ctx",
-                 "durations_ns", "error", "output_tokens", "prompt_chars", "prompt_tokens", "request_id",
-                 "status")
+    __slots__ = ("_buf", "_frombytes", "_max_items", "_pack", "_spans", "_tok", "_token_ctx", "code",
+                 "durations_ns", "error", "output_tokens", "prompt_chars", "prompt_tokens", "recorder",
+                 "request_id", "status")
 
     def __init__(self, rec: Recorder, request_id: str, prompt_tokens: int | None,
                  prompt_chars: int | None) -> None:
-        self._rec = rec
+        #: the recorder this request writes to
+        self.recorder = rec
         self.request_id = request_id
         self.prompt_tokens = prompt_tokens
         self.prompt_chars = prompt_chars
@@ -340,13 +341,15 @@ class RequestHandle:
         self.status: str | None = None
         self.error: str | None = None
         self._tok: PackedSink = rec._tokens
-        self._code = self._tok.interner.code(request_id)
+        #: ``request_id``'s code in the recorder's interner: what the rows carry instead of the string
+        #: (a collector's own feed of token rows may carry it too)
+        self.code = self._tok.interner.code(request_id)
         # bound once: the token hot path is a handful of local loads and one C append
         self._buf = self._tok.buf
         self._frombytes = self._buf.frombytes
         self._pack = self._tok.pack
         self._max_items = self._tok.max_items
-        self._spans: PackedSink = rec._spans  # the same interner: self._code is the request's code there too
+        self._spans: PackedSink = rec._spans  # the same interner: self.code is the request's code there too
         self._token_ctx: contextvars.Token[RequestHandle | None] | None = None
         #: Summed server-clock span durations of this request by name, in ns (spans recorded
         #: through this handle, even while recording is disabled, or as the current request):
@@ -371,25 +374,25 @@ class RequestHandle:
 
     def finish(self) -> None:
         """Write the request's facts (called by ``__exit__``; call it yourself without ``with``)."""
-        rec = self._rec
+        rec = self.recorder
         if any(v is not None for v in (self.prompt_tokens, self.output_tokens, self.status,
                                        self.prompt_chars)):
             rec.request_info(self.request_id, prompt_tokens=self.prompt_tokens,
                              output_tokens=self.output_tokens, status=self.status or "ok",
                              error=self.error, prompt_chars=self.prompt_chars)
-        self._tok.interner.retire(self._code)
+        self._tok.interner.retire(self.code)
 
     def token(self, index: int, kv_len: int = NULL, emit_ns: int = 0, step_start_ns: int = NULL,
               step_end_ns: int = NULL, batch_size: int = NULL, step_id: int = NULL,
               client_recv_ns: int = NULL) -> None:
         """Record token ``index`` of this request: the per-token hot path (one C call to append)."""
-        if not self._rec._enabled:
+        if not self.recorder._enabled:
             return
         if len(self._buf) >= self._max_items:
             self._tok.dropped += 1
             return
         try:
-            self._frombytes(self._pack(self._code, index, emit_ns or now_ns(), kv_len, step_start_ns,
+            self._frombytes(self._pack(self.code, index, emit_ns or now_ns(), kv_len, step_start_ns,
                                        step_end_ns, batch_size, client_recv_ns, step_id))
         except (struct.error, TypeError):
             self._slow_token(index, kv_len, emit_ns, step_start_ns, step_end_ns, batch_size, step_id,
@@ -401,15 +404,15 @@ class RequestHandle:
             index, kv_len, emit_ns, ss, se, bs, sid, cr = (
                 NULL if v is None else int(v) for v in values)
             s = self._tok
-            s.buf.frombytes(s.pack(self._code, index, emit_ns or now_ns(), kv_len, ss, se, bs, cr, sid))
+            s.buf.frombytes(s.pack(self.code, index, emit_ns or now_ns(), kv_len, ss, se, bs, cr, sid))
         except Exception as e:
-            self._rec.error("token", e)
+            self.recorder.error("token", e)
 
     def add_span(self, name: str, start_ns: int, end_ns: int, clock: str = "server") -> None:
         """Record a span of this request: a per-token hot path in servers (``decode`` and
         ``detokenize`` per token), so a server-clock span with int times is one dict lookup
         for the name's code and one C append; anything else takes :meth:`Recorder.add_span`."""
-        rec = self._rec
+        rec = self.recorder
         if clock != "server":
             rec.add_span(name, start_ns, end_ns, request_id=self.request_id, clock=clock)
             return
@@ -424,7 +427,7 @@ class RequestHandle:
         try:
             if code is None:
                 code = rec._span_code(name)
-            spans.buf.frombytes(spans.pack(self._code, code, start_ns, end_ns, rec._server_code))
+            spans.buf.frombytes(spans.pack(self.code, code, start_ns, end_ns, rec._server_code))
         except (struct.error, TypeError):  # None or a numpy integer as a time: normalised there
             rec.add_span(name, start_ns, end_ns, request_id=self.request_id, clock=clock)
 
@@ -441,4 +444,4 @@ class RequestHandle:
             d = self.durations_ns
             d[name] = d.get(name, 0) + max(0, int(end_ns) - int(start_ns))
         except Exception as e:
-            self._rec.error("span duration", e)
+            self.recorder.error("span duration", e)

@@ -41,7 +41,6 @@ host never waits for the device.
 
 from __future__ import annotations
 
-import array
 import contextvars
 import functools
 import inspect
@@ -52,10 +51,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-
-from collectors.torch_hooks.kv import cache_seq_len, input_shape, past_len
+from collectors.torch_hooks.kv import (
+    CACHE_READERS,
+    LAYERED,
+    SHAPE_LAYERS,
+    cache_seq_len,
+    input_shape,
+    past_len,
+)
+from collectors.torch_hooks.rows import STEP_FIELDS, step_columns, token_columns
 from tracetool.recorder import NULL, Recorder, RequestHandle, now_ns
 from tracetool.schema import INT_NULL
 
@@ -67,8 +71,9 @@ _ATTR = "_tracetool_hooks"
 #: Step ids are unique within a process, so several instrumented models share one trace.
 _STEP_IDS: Any = itertools.count(1)
 #: How many capture() blocks are open in any thread: a step reads the context variable only when
-#: some are (a custom loop that never captures skips it).
-_CAPTURING = array.array("q", [0])
+#: some are (a custom loop that never captures skips it). A list: its item is read by the
+#: interpreter's own fast path, with no cold C code of another type to run.
+_CAPTURING = [0]
 
 #: The private part of torch the forward slot uses: ``Module.__call__`` runs
 #: ``self._compiled_call_impl`` when it is set (``Module.compile()`` sets it) and
@@ -113,13 +118,21 @@ class HookHandle:
         self.cuda = cuda
         self.method = method
         self.active = True
+        #: ``[active and recording]``: the one flag the timing function reads per call (kept by
+        #: :meth:`remove` and the recorder's switch, so a step reads no property)
+        self._on = [recorder.enabled]
         self._sink: Any = recorder.sink("steps")
-        self._counter = 0  # tokens fed since the sequence began (last-resort kv_len)
-        self._fresh = True
         self._last: Any = None
+        #: the last step before :meth:`new_sequence` (the last-resort kv_len counts from there)
+        self._seq_start: Any = None
         #: raw steps (step_id, start, end, batch, q_len, kv_len, prefill) waiting for the flusher,
-        #: which derives the table's columns from them (:func:`_step_columns`)
-        self._feed: list[Any] = self._sink.tuple_feed(_step_columns)
+        #: which derives the table's columns from them (:func:`~collectors.torch_hooks.rows.step_columns`)
+        self._feed: list[Any] = self._sink.tuple_feed(step_columns)
+        #: tokens tied to a CPU step by :meth:`token`: (request code, index, emit_ns) + the raw step
+        self._tokens: Any = recorder.sink("tokens")
+        self._token_feed: list[Any] = self._tokens.tuple_feed(
+            functools.partial(token_columns, strings=self._tokens.strings))
+        self._token_cap: int = self._tokens.max_pending_rows
         self._undo: list[Callable[[], None]] = []
         self._timer: Any = None
         if cuda:
@@ -127,6 +140,7 @@ class HookHandle:
 
             self._timer = CudaStepTimer(self._write_raw, recorder)
         self._forget_close = recorder.on_close(self.close)
+        self._forget_switch = recorder.on_switch(self._switch)
 
     # -- public ---------------------------------------------------------------------------
     @property
@@ -137,8 +151,7 @@ class HookHandle:
 
     def new_sequence(self) -> None:
         """Say that the next call starts a new sequence (resets the last-resort kv counter)."""
-        self._fresh = True
-        self._counter = 0
+        self._seq_start = self._last
 
     @contextmanager
     def capture(self) -> Iterator[list[Any]]:
@@ -169,9 +182,16 @@ class HookHandle:
         ``kv_len`` defaults to the step's kv_len (right for batch 1). On CUDA a step
         not yet resolved gives null step times; the ``step_id`` still ties the row.
         """
-        raw = self._last if step is None else None
-        if raw is not None and len(raw) == 7:  # this module's last CPU step: no Step object per token
-            request.token(index, raw[5] if kv_len is None else kv_len, emit_ns, raw[1], raw[2], raw[3], raw[0])
+        raw = self._last
+        if (type(raw) is tuple and step is None and kv_len is None and not emit_ns and type(index) is int
+                and self._on[0] and request.recorder is self.recorder):
+            # a token of this module's last CPU step (a CUDA step is a list), now: one flat tuple
+            # for the flusher (rows.token_columns)
+            feed = self._token_feed
+            if len(feed) < self._token_cap:
+                feed.append((request.code, index, now_ns()) + raw)  # noqa: RUF005 (one tuple, no list)
+            else:
+                self._tokens.dropped += 1
             return
         s = step or self.last
         if s is None:
@@ -186,6 +206,8 @@ class HookHandle:
         if not self.active:
             return
         self.active = False  # a pass-through from now on, if something still calls the function
+        self._on[0] = False
+        self._forget_switch()
         for undo in reversed(self._undo):
             self.recorder.guard(undo, where="uninstrument")
         self._undo.clear()
@@ -193,6 +215,7 @@ class HookHandle:
         self._forget_close()
         self.recorder.guard(self.close, where="uninstrument")
         self._sink.end_feed(self._feed)
+        self._tokens.end_feed(self._token_feed)
         if self.module.__dict__.get(_ATTR) is self:
             del self.module.__dict__[_ATTR]
 
@@ -201,6 +224,9 @@ class HookHandle:
 
     def __exit__(self, *exc: object) -> None:
         self.remove()
+
+    def _switch(self, enabled: bool) -> None:
+        self._on[0] = self.active and enabled
 
     def close(self) -> None:
         """Resolve and write what is pending (called when the recorder closes)."""
@@ -220,12 +246,13 @@ class HookHandle:
         batch, q = shape if shape is not None else (1, 1)
         past = past_len(args, kwargs, q, batch)
         if past is None:  # only the device knows: count the tokens fed since the sequence began
-            past = 0 if (self._fresh or q > 1) else self._counter
-        self._fresh = False
-        self._counter = past + q
+            last = self._last
+            past = 0 if (q > 1 or last is self._seq_start) else last[5]
         return batch, q, past + q, q > 1 or past == 0
 
     def _post(self, start: int, end: int, batch: int, q: int, kv: int, prefill: bool, events: Any) -> None:
+        """Record a step read by :meth:`_pre` (the hooks method, and CUDA steps; the timing
+        function records a CPU step inline, the same way)."""
         sid = next(_STEP_IDS)
         if events is None:
             raw: Any = (sid, start, end, batch, q, kv, prefill)
@@ -243,66 +270,100 @@ class HookHandle:
         if len(self._feed) >= self._sink.max_pending_rows:
             self._sink.dropped += 1
             return
-        if len(raw) > 7:  # CUDA: the device-timed start and end (null when the events never resolved)
+        if len(raw) > STEP_FIELDS:  # CUDA: the device-timed start and end (null when the events never resolved)
             raw = (raw[0], INT_NULL if raw[8] is None else raw[8], INT_NULL if raw[9] is None else raw[9],
                    *raw[3:7])
         self._feed.append(raw)
-
-
-def _step_columns(raws: list[Any]) -> dict[str, Any]:
-    """``steps`` columns of raw step tuples, vectorised (on the flusher thread, not the host's), as
-    Arrow arrays of the table's own types so that the writer has nothing left to cast."""
-    raw = np.array(raws, dtype=np.int64).reshape(-1, 7)
-    sid, start, end, batch, q, kv, pre = np.ascontiguousarray(raw.T)  # one pass, seven columns
-    prefill = pre != 0
-    return {"step_id": pa.array(sid, pa.int64()),
-            "start_ns": _ns_array(start), "end_ns": _ns_array(end),
-            "batch_size": pa.array(batch.astype(np.int32), pa.int32()),
-            "prefill_tokens": pa.array(np.where(prefill, batch * q, 0).astype(np.int32), pa.int32()),
-            "decode_tokens": pa.array(np.where(prefill, 0, batch).astype(np.int32), pa.int32()),
-            "kv_tokens": pa.array(batch * kv, pa.int64())}
-
-
-def _ns_array(v: np.ndarray) -> pa.Array:
-    null = v == INT_NULL  # a CUDA step whose events never resolved
-    return pa.array(v, pa.int64(), mask=null if null.any() else None)
 
 
 def _none() -> None:
     return None
 
 
-def _timing_function(h: HookHandle, inner: Callable[..., Any], untimed: Callable[..., Any]) -> Callable[..., Any]:
-    """The one timing function: read the step (:meth:`HookHandle._pre`), ``inner(*args,
-    **kwargs)``, record it (:meth:`HookHandle._post`). A collector failure is counted on the
-    recorder, never raised into the caller; the model's own errors pass through unchanged.
+def _timing_function(h: HookHandle, inner: Callable[..., Any]) -> Callable[..., Any]:
+    """The one timing function: read the step, ``inner(*args, **kwargs)``, record it. A collector
+    failure is counted on the recorder, never raised into the caller; the model's own errors pass
+    through unchanged.
 
-    It is bound to the module, so ``copy.deepcopy(model)`` rebinds it to the copy, which then
-    runs ``untimed(copy, *args, **kwargs)``.
+    It runs once per decode step, between forward passes that leave the CPU caches cold: there
+    every bytecode, attribute and object it touches is fetched from far away, so it costs several
+    times what a warm loop shows (the profile is in docs/collectors.md, the figure from
+    benchmarks/bench_hooks.py). So the common step, a CPU model called with ``input_ids`` of shape
+    [batch, q] and a transformers cache by name whose first layer is a ``DynamicLayer``, is read
+    and recorded here in one frame and as few bytecodes as it takes (the layer as
+    ``kv._dynamic_layer_len`` reads it); :meth:`HookHandle._pre` reads any other. CUDA steps
+    are recorded by :meth:`HookHandle._post`.
     """
-    target = h.module
     rec = h.recorder
+    on = h._on
+    timer = h._timer
+    clock = now_ns
+    if timer is not None:
+        def timed_cuda(*args: Any, **kwargs: Any) -> Any:
+            if not on[0]:
+                return inner(*args, **kwargs)
+            start = clock()
+            try:
+                batch, q, kv, prefill = h._pre(args, kwargs)
+                events = timer.start()
+            except Exception as e:
+                rec.error("torch_hooks", e)
+                return inner(*args, **kwargs)
+            out = inner(*args, **kwargs)
+            try:
+                h._post(start, clock(), batch, q, kv, prefill, events)
+            except Exception as e:
+                rec.error("torch_hooks", e)
+            return out
 
-    def forward(module: Any, *args: Any, **kwargs: Any) -> Any:
-        if module is not target:  # a deep copy of the instrumented model
-            return untimed(module, *args, **kwargs)
-        if not h.active or not rec.enabled:
+        return timed_cuda
+
+    feed = h._feed
+    sink = h._sink
+    cap = sink.max_pending_rows
+    readers, layered, shape_layers = CACHE_READERS, LAYERED, SHAPE_LAYERS
+    ids, capturing, capture = _STEP_IDS, _CAPTURING, _capture
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        if not on[0]:
             return inner(*args, **kwargs)
-        start = now_ns()
+        start = clock()
         try:
-            batch, q, kv, prefill = h._pre(args, kwargs)
-            events = h._timer.start() if h._timer is not None else None
+            past = -1
+            try:
+                cache: Any = kwargs.get("cache")
+                if cache is None:
+                    cache = kwargs.get("past_key_values")
+                if readers.get(type(cache)) is layered:
+                    layer = cache.layers[0]  # none yet: a first call, read below
+                    if type(layer) in shape_layers:
+                        batch, q = (args[0] if args else kwargs["input_ids"]).shape
+                        _, _, past, _ = layer.keys.shape  # [batch, heads, seq, dim] once updated
+            except Exception:
+                past = -1
+            if past < 0:  # not the common step: the general reading
+                batch, q, kv, prefill = h._pre(args, kwargs)
+            else:
+                kv, prefill = past + q, q > 1 or past == 0
         except Exception as e:
             rec.error("torch_hooks", e)
             return inner(*args, **kwargs)
         out = inner(*args, **kwargs)
         try:
-            h._post(start, now_ns(), batch, q, kv, prefill, events)
+            h._last = raw = (next(ids), start, clock(), batch, q, kv, prefill)
+            if len(feed) < cap:
+                feed.append(raw)
+            else:
+                sink.dropped += 1
+            if capturing[0]:  # some thread is inside capture(): is it this one?
+                captured = capture.get()
+                if captured is not None:
+                    captured.append(raw)
         except Exception as e:
             rec.error("torch_hooks", e)
         return out
 
-    return forward
+    return timed
 
 
 def _take_call_slot(h: HookHandle, module: Any) -> bool:
@@ -311,27 +372,30 @@ def _take_call_slot(h: HookHandle, module: Any) -> bool:
     empty). False, and nothing done, when there is no free slot: a compiled module fills it, a
     non-Module has none, and neither has a torch that moved these names.
 
+    A copy of the module (``copy.deepcopy``, pickling) does not carry the slot: torch's
+    ``Module.__getstate__`` leaves it out, as a copy of a compiled module is not compiled, so the
+    copy is plain (``tests/collectors/test_torch_hooks.py`` checks both) and the function needs
+    no binding to tell the copy from the original.
+
     The one function that uses torch's private call machinery (``_SLOT``, ``_CALL_IMPL``)."""
     if getattr(module, _SLOT, False) is not None or not callable(getattr(module, _CALL_IMPL, None)):
         return False
-
-    def untimed(m: Any, *args: Any, **kwargs: Any) -> Any:
-        return getattr(m, _CALL_IMPL)(*args, **kwargs)
-
-    forward = _timing_function(h, getattr(module, _CALL_IMPL), untimed)
-    _set_on_instance(h, module, _SLOT, types.MethodType(forward, module))
+    _set_on_instance(h, module, _SLOT, _timing_function(h, getattr(module, _CALL_IMPL)))
     return True
 
 
 def _install_wrapper(h: HookHandle, module: Any) -> None:
     """Put the timing function as ``module``'s instance ``forward``, keeping its signature
-    (transformers reads ``inspect.signature(model.forward)``)."""
+    (transformers reads ``inspect.signature(model.forward)``). It is bound to the module, so
+    ``copy.deepcopy(model)`` rebinds it to the copy, which then runs the class's ``forward``."""
     orig = module.forward
+    timed = _timing_function(h, orig)
 
-    def untimed(m: Any, *args: Any, **kwargs: Any) -> Any:
-        return type(m).forward(m, *args, **kwargs)
+    def forward(m: Any, *args: Any, **kwargs: Any) -> Any:
+        if m is not module:  # a deep copy of the instrumented model
+            return type(m).forward(m, *args, **kwargs)
+        return timed(*args, **kwargs)
 
-    forward = _timing_function(h, orig, untimed)
     functools.update_wrapper(forward, orig)
     del forward.__wrapped__  # type: ignore[attr-defined]
     try:
@@ -366,7 +430,7 @@ def _install_hooks(h: HookHandle, module: Any) -> None:
     local = threading.local()
 
     def pre_hook(mod: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if not h.active or not h.recorder.enabled:
+        if not h._on[0]:
             return
         start = now_ns()
         try:

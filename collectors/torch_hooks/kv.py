@@ -50,8 +50,12 @@ def _public_len(layer: Any) -> int | None:
 
 def _layer_strategy(layer_type: type) -> Callable[[Any], int | None]:
     names = {c.__name__ for c in layer_type.__mro__}
+    if layer_type.__name__ == "DynamicLayer":
+        SHAPE_LAYERS.add(layer_type)
+        return _dynamic_layer_len
     if "DynamicLayer" in names or "QuantizedLayer" in names or "BaseQuantizedLayer" in names:
         # shape reads or Python ints in every transformers version: their public get_seq_length()
+        # (a sliding window's or a quantized layer's keys hold less than the sequence)
         return _public_len
     if "StaticLayer" in names or "StaticSlidingWindowLayer" in names:
         # 4.5x computes on the device; 5.x returns a device tensor: CPU only
@@ -66,10 +70,29 @@ def _layer_strategy(layer_type: type) -> Callable[[Any], int | None]:
     return lambda layer: None
 
 
+def _dynamic_layer_len(layer: Any) -> int | None:
+    """A ``DynamicLayer`` itself (not a subclass): the documented layout of a layer's ``keys``,
+    ``[batch, heads, seq_len, head_dim]``, whose ``seq_len`` grows by one per token, so the
+    length is that axis: what its ``get_seq_length()`` returns, read without the method (whose
+    ``numel()`` call into torch cost 2-3 µs a step with the caches cold between forward passes).
+    Before the first update (``keys`` None, or 5.x's empty placeholder) it asks the method.
+
+    The timing function reads the first layer of a cache read by :func:`_layered_len` this way
+    itself when its type is in :data:`SHAPE_LAYERS`, saving a Python frame per step."""
+    keys = layer.keys
+    if keys is None:
+        return 0
+    shape = keys.shape
+    return shape[2] if len(shape) == 4 else _public_len(layer)
+
+
 _LAYER_STRATEGIES: dict[type, Callable[[Any], int | None]] = {}
+#: Layer types read by :func:`_dynamic_layer_len` (transformers' ``DynamicLayer``), as they are seen.
+SHAPE_LAYERS: set[type] = set()
 
 
 def _layered_len(cache: Any) -> int | None:
+    """A cache that is a list of layers (transformers >= 4.56): its first layer's length."""
     layers = cache.layers
     if not layers:
         return 0
@@ -78,6 +101,10 @@ def _layered_len(cache: Any) -> int | None:
     if f is None:
         f = _LAYER_STRATEGIES[type(layer)] = _layer_strategy(type(layer))
     return f(layer)
+
+
+#: The reader of a cache that is a list of layers (the timing function tells them by it).
+LAYERED = _layered_len
 
 
 def _dynamic4_len(cache: Any) -> int | None:
@@ -99,16 +126,19 @@ def _cache_strategy(cache: Any) -> Callable[[Any], int | None]:
     return _unknown_len  # e.g. a 4.x StaticCache: its get_seq_length runs on the device
 
 
-_CACHE_STRATEGIES: dict[type, Callable[[Any], int | None]] = {}
+#: The reader of each cache type seen so far (``reader(cache) -> int | None``): the step path
+#: looks a cache's type up here itself and calls the reader, one frame fewer than
+#: :func:`cache_seq_len`; a type not here yet goes through :func:`cache_seq_len`, which adds it.
+CACHE_READERS: dict[type, Callable[[Any], int | None]] = {}
 
 
 def cache_seq_len(cache: Any) -> int | None:
     """Tokens already in ``cache`` read from CPU metadata, or None when only the device knows."""
     if cache is None:
         return 0
-    f = _CACHE_STRATEGIES.get(type(cache))
+    f = CACHE_READERS.get(type(cache))
     if f is None:
-        f = _CACHE_STRATEGIES[type(cache)] = _cache_strategy(cache)
+        f = CACHE_READERS[type(cache)] = _cache_strategy(cache)
     return f(cache)
 
 

@@ -143,34 +143,44 @@ def test_hooks_method_removes_its_hooks(model: Any, recorder: Any) -> None:
 
 def test_recording_switches_on_and_off_at_run_time(model: Any, recorder: Any, read: Any) -> None:
     rec = recorder()
-    instrument(model, rec)
+    h = instrument(model, rec)
     rec.enabled = False
     decode_loop(model, 3, 2)
+    with rec.request("off") as req:
+        h.token(req, 0)
     rec.enabled = True
     decode_loop(model, 3, 1)
-    assert read(rec).rows("steps") == 2
+    with rec.request("on") as req:
+        h.token(req, 0)
+    t = read(rec)
+    assert t.rows("steps") == 2
+    assert t.table("tokens").column("request_id").to_pylist() == ["on"]
 
 
-def test_a_failing_writer_never_reaches_the_model_caller(model: Any, recorder: Any) -> None:
+class Exploding(list):  # type: ignore[type-arg]
+    def append(self, item: Any) -> None:
+        raise RuntimeError("collector bug")
+
+
+def test_a_failing_writer_never_reaches_the_model_caller(model: Any, recorder: Any,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     rec = recorder()
     ref = model(input_ids=torch.tensor([[3, 4, 5]])).logits
+    # fault injected into the steps sink: the list the timing function hands its rows to
+    monkeypatch.setattr(rec.writer.sink("steps"), "tuple_feed", lambda convert: Exploding())
     h = instrument(model, rec)
-
-    def broken(*a: Any) -> None:
-        raise RuntimeError("disk on fire")
-
-    h._write_raw = broken  # type: ignore[method-assign]  # fault injected into the steps sink
-    out = model(input_ids=torch.tensor([[3, 4, 5]])).logits  # general path (no cache object)
+    monkeypatch.undo()
+    out = model(input_ids=torch.tensor([[3, 4, 5]])).logits  # general reading (no cache object)
     torch.testing.assert_close(out, ref)
-    errors = rec.errors
-    assert errors >= 1
-
-    class Exploding(list):  # type: ignore[type-arg]
-        def append(self, item: Any) -> None:
-            raise RuntimeError("collector bug")
+    assert rec.errors == 1
+    decode_loop(model, 3, 2)  # the inline reading of a DynamicCache
+    assert rec.errors == 4
+    uninstrument(h)
 
     from collectors.torch_hooks import _CAPTURING, _capture
 
+    instrument(model, rec)  # a working feed; the fault is in the capture list now
+    errors = rec.errors
     token = _capture.set(Exploding())
     _CAPTURING[0] += 1  # what capture() does besides setting the context variable
     try:
@@ -241,6 +251,73 @@ def test_token_helper_ties_rows_to_the_last_step(model: Any, recorder: Any, read
     tok, step = t.table("tokens").to_pylist()[0], t.table("steps").to_pylist()[0]
     assert tok["step_id"] == step["step_id"]
     assert (tok["step_start_ns"], tok["step_end_ns"], tok["kv_len"]) == (step["start_ns"], step["end_ns"], 3)
+
+
+def test_token_rows_of_the_last_step_are_the_rows_the_request_writes(model: Any, recorder: Any, read: Any) -> None:
+    """h.token(req, i) hands the flusher a tuple (the common token); given a kv_len it writes
+    through the request's own path instead: both give the same row, the request id still there
+    after the request finished."""
+    from transformers import DynamicCache
+
+    rec = recorder()
+    h = instrument(model, rec)
+    cache = DynamicCache()
+    with torch.no_grad(), rec.request("fed") as fed, rec.request("packed") as packed:
+        x = torch.tensor([[3, 4, 5]])
+        for i in range(4):
+            x = model(input_ids=x, cache=cache, past_key_values=cache).logits[:, -1:].argmax(-1)
+            assert h.last is not None
+            h.token(fed, i)
+            h.token(packed, i, kv_len=h.last.kv_len)
+    rows = read(rec).table("tokens").to_pylist()
+    by = {rid: sorted((r for r in rows if r["request_id"] == rid), key=lambda r: r["index"]) for rid in ("fed", "packed")}
+    assert len(by["fed"]) == len(by["packed"]) == 4 and len(rows) == 8
+
+    def same(r: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(v for k, v in r.items() if k not in ("request_id", "emit_ns"))
+
+    assert [same(r) for r in by["fed"]] == [same(r) for r in by["packed"]]
+    assert [r["kv_len"] for r in by["fed"]] == [3, 4, 5, 6]
+    assert all(r["step_end_ns"] <= r["emit_ns"] for r in by["fed"])  # emitted after its step ended
+    assert all(r["client_recv_ns"] is None for r in rows)
+
+
+def test_token_rows_beyond_the_cap_are_dropped_and_counted(model: Any, recorder: Any, read: Any) -> None:
+    rec = recorder(max_pending_rows=3, flush_interval_s=3600, flush_rows=1 << 20)
+    h = instrument(model, rec)
+    with torch.no_grad(), rec.request("r") as req:
+        for i in range(5):
+            model(input_ids=torch.tensor([[3, 4, 5]]))
+            h.token(req, i)
+    t = read(rec)
+    assert t.rows("tokens") == 3 and t.meta["dropped_rows"]["tokens"] == 2
+    assert rec.errors == 0
+
+
+def test_a_sliding_window_layer_is_read_by_its_own_length(recorder: Any, read: Any) -> None:
+    """A sliding window's keys hold the window, not the sequence: its length is its
+    get_seq_length(), not the keys' sequence axis that a plain DynamicLayer is read by."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+    class Decoder(torch.nn.Module):
+        def forward(self, input_ids: torch.Tensor, cache: Any = None) -> torch.Tensor:
+            n = input_ids.shape[1]
+            for layer in range(len(cache.layers)):
+                cache.update(torch.zeros(1, 2, n, 4), torch.zeros(1, 2, n, 4), layer)
+            return input_ids
+
+    rec = recorder()
+    m = Decoder()
+    instrument(m, rec)
+    for layers in ([DynamicSlidingWindowLayer(sliding_window=4)], [DynamicLayer()]):
+        cache = DynamicCache()
+        cache.layers = layers  # type: ignore[assignment]
+        for n in (6, 1, 1, 1):
+            m(torch.zeros(1, n, dtype=torch.long), cache=cache)
+    kv = [r["kv_tokens"] for r in sorted(read(rec).table("steps").to_pylist(), key=lambda r: r["step_id"])]
+    assert kv == [6, 7, 8, 9] * 2
+    assert rec.errors == 0
 
 
 # -- CUDA event mapping, with a scripted event double (no GPU here) --------------------------------------

@@ -65,26 +65,34 @@ def test_a_packed_sink_builds_what_pyarrow_builds_from_the_values(name: str, dat
     assert [a.null_count for a in batch.columns] == [a.null_count for a in want.columns]
 
 
+@pytest.mark.parametrize("runs", [1, 20, 100, 600])
 @pytest.mark.parametrize("name", ["tokens", "spans"])
-def test_a_large_flush_builds_what_pyarrow_builds_from_the_values(name: str) -> None:
-    """Past SMALL_STRING_ROWS the string columns take the other lookup (distinct codes only):
-    the batch is still the one pyarrow builds from the values."""
+def test_a_large_flush_builds_what_pyarrow_builds_from_the_values(name: str, runs: int) -> None:
+    """Past SMALL_STRING_ROWS the string columns take the other lookups (distinct codes only, or
+    one per run of equal codes, as a request's tokens come): the batch is still the one pyarrow
+    builds from the values, also where a run's code is null or forgotten."""
     import random
 
     from tracetool.writer.sinks import SMALL_STRING_ROWS
 
-    rng = random.Random(0)
+    rng = random.Random(runs)
     table = TABLES[name]
     interner = Interner()
-    codes = [interner.code(f"req-{i}") for i in range(40)]
+    codes = [interner.code(f"req-{i}" * (i % 3 + 1)) for i in range(40)]
     forgotten = interner.code("forgotten")
     interner.retire(forgotten)
     interner.collect()
     interner.collect()
     strs = [*codes, forgotten, INT_NULL]
     ints = [INT_NULL, 0, 7, -(1 << 31) - 1, 1 << 40, 123_456_789]
-    rows = [tuple(rng.choice(strs) if c.kind == "string" else rng.choice(ints) for c in table.columns)
-            for _ in range(SMALL_STRING_ROWS * 4)]
+    n = SMALL_STRING_ROWS * 4
+    # each run's string code; at 100 runs some are null or forgotten (then the distinct-code lookup)
+    same = [rng.choice(strs if runs == 100 else codes) for _ in range(runs)]
+    rows = [tuple(same[i * runs // n] if c.kind == "string" and runs else rng.choice(ints)
+                  for c in table.columns) for i in range(n)]
+    if runs == 600:  # changes too often for runs: the distinct-code lookup, nulls and forgotten codes too
+        rows = [tuple(rng.choice(strs) if c.kind == "string" else v for c, v in zip(table.columns, r, strict=True))
+                for r in rows]
     sink = PackedSink(table, 100_000, interner)
     for r in rows:
         sink.buf.frombytes(sink.pack(*r))
