@@ -432,20 +432,21 @@ HAVING count(*) > 0;
 -- The findings engine metrics can report (appended to findings_catalogue).
 -- @column ordinal: Position in the catalogue (after the findings of module findings).
 -- @column id: Stable identifier (kebab-case).
+-- @column suspect: The suspect the finding is evidence about, the row of the TUI's Diagnosis panel it is shown on: a component (tracetool.schema COMPONENTS), 'replica' (one replica of several) or 'evidence' (the trace itself: what it holds, what failed, what it cannot say).
 -- @column severity: 'warning' or 'info'.
 -- @column title: One-line statement of the finding.
 -- @column fires_when: The condition, in words, with the thresholds it uses.
 CREATE OR REPLACE TEMP TABLE engine_findings_catalogue AS
 SELECT * FROM (VALUES
-    (101, 'engine-queueing', 'warning', 'The engine''s own metrics show requests queueing',
+    (101, 'engine-queueing', 'queue', 'warning', 'The engine''s own metrics show requests queueing',
         'at some scrape at least engine_waiting_requests requests waited, and the engine''s mean queue time is at least queue_ttft_share of mean TTFT (or no queue-time histogram is exported)'),
-    (102, 'engine-no-queueing', 'info', 'The engine''s metrics refute the queueing story',
+    (102, 'engine-no-queueing', 'queue', 'info', 'The engine''s metrics refute the queueing story',
         'no scrape saw engine_waiting_requests requests waiting, and the engine''s mean queue time (when exported) is below misdiagnosis_share of mean TTFT'),
-    (103, 'engine-kv-pressure', 'warning', 'The KV cache filled up and the engine preempted requests',
+    (103, 'engine-kv-pressure', 'decode', 'warning', 'The KV cache filled up and the engine preempted requests',
         'KV-cache usage reached kv_cache_full at some scrape and the preemption counter rose in the window'),
-    (104, 'engine-prefix-cache-misses', 'warning', 'Long prompts mostly miss the prefix cache',
+    (104, 'engine-prefix-cache-misses', 'prefill', 'warning', 'Long prompts mostly miss the prefix cache',
         'prefix-cache hit rate below prefix_cache_hit_rate_low while prompts average at least prefix_cache_prompt_tokens tokens')
-) AS v(ordinal, id, severity, title, fires_when);
+) AS v(ordinal, id, suspect, severity, title, fires_when);
 
 -- @view engine_findings
 -- The engine findings that fire: each detail quotes the numbers and cites the series it used.

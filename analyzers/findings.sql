@@ -10,83 +10,84 @@
 -- Every finding the analyzer can report: stable id, severity, title, and when it fires.
 -- @column ordinal: Position in the catalogue (report order within a severity).
 -- @column id: Stable identifier (kebab-case).
+-- @column suspect: The suspect the finding is evidence about, the row of the TUI's Diagnosis panel it is shown on: a component (tracetool.schema COMPONENTS), 'replica' (one replica of several) or 'evidence' (the trace itself: what it holds, what failed, what it cannot say).
 -- @column severity: 'warning' (something to act on) or 'info' (evidence, often refuting a story).
 -- @column title: One-line statement of the finding.
 -- @column fires_when: The condition, in words, with the thresholds it uses.
 CREATE OR REPLACE TEMP TABLE findings_catalogue AS
 SELECT * FROM (VALUES
-    (1, 'network-dominant', 'warning', 'The network dominates latency',
+    (1, 'network-dominant', 'network', 'warning', 'The network dominates latency',
         'network is the bottleneck or holds at least supported_share of e2e'),
-    (2, 'network-slow-link', 'warning', 'A slow, congested or cross-region link',
+    (2, 'network-slow-link', 'network', 'warning', 'A slow, congested or cross-region link',
         'mean network time per request is at least slow_network_ms'),
-    (3, 'network-not-bottleneck', 'info', 'The network is not the bottleneck',
+    (3, 'network-not-bottleneck', 'network', 'info', 'The network is not the bottleneck',
         'network is measured, holds less than misdiagnosis_share and is not the bottleneck'),
-    (4, 'network-unmeasured', 'info', 'Network time is not measured',
+    (4, 'network-unmeasured', 'network', 'info', 'Network time is not measured',
         'no request has both client.request and server.request spans; the detail says which side the trace holds and the next step'),
-    (5, 'short-outputs', 'warning', 'Outputs are tiny: TTFT and fixed costs dominate',
+    (5, 'short-outputs', 'network', 'warning', 'Outputs are tiny: TTFT and fixed costs dominate',
         'the median request has at most short_output_tokens output tokens'),
-    (6, 'queue-dominant', 'warning', 'Queueing dominates: the server is overloaded',
+    (6, 'queue-dominant', 'queue', 'warning', 'Queueing dominates: the server is overloaded',
         'queue is the bottleneck, holds at least supported_share of e2e, or at least queue_ttft_share of TTFT'),
-    (7, 'prefill-dominant', 'warning', 'Prefill dominates: long prompts',
+    (7, 'prefill-dominant', 'prefill', 'warning', 'Prefill dominates: long prompts',
         'prefill is the bottleneck or holds at least supported_share of e2e'),
-    (8, 'pipeline-dominant', 'warning', 'Pre- and post-processing dominate',
+    (8, 'pipeline-dominant', 'preprocess', 'warning', 'Pre- and post-processing dominate',
         'preprocess plus postprocess hold at least supported_share of e2e, or one is the bottleneck'),
-    (9, 'tokenizer-pathological', 'warning', 'The tokenizer is pathologically slow',
+    (9, 'tokenizer-pathological', 'tokenize', 'warning', 'The tokenizer is pathologically slow',
         'tokenize holds at least misdiagnosis_share of e2e, or costs at least tokenizer_us_per_token per prompt token '
         || 'over the requests whose prompts have at least tokenizer_min_prompt_tokens tokens'),
-    (10, 'tokenizer-negligible', 'info', 'Tokenizer overhead is negligible',
+    (10, 'tokenizer-negligible', 'tokenize', 'info', 'Tokenizer overhead is negligible',
         'tokenize is measured, holds less than misdiagnosis_share and costs less than tokenizer_us_per_token '
         || 'per prompt token over prompts of at least tokenizer_min_prompt_tokens tokens (or there are none)'),
-    (11, 'decode-dominant', 'info', 'Decode dominates latency',
+    (11, 'decode-dominant', 'decode', 'info', 'Decode dominates latency',
         'decode is the bottleneck'),
-    (12, 'throughput-conflation', 'info', 'Aggregate throughput is not per-request speed',
+    (12, 'throughput-conflation', 'decode', 'info', 'Aggregate throughput is not per-request speed',
         'aggregate tok/s is at least conflation_ratio times the per-request decode rate'),
-    (13, 'decode-memory-bound', 'info', 'Decode is memory-bandwidth-bound',
+    (13, 'decode-memory-bound', 'decode', 'info', 'Decode is memory-bandwidth-bound',
         'roofline known, bandwidth efficiency at least memory_bound_efficiency and compute_to_memory below compute_bound_ratio'),
-    (14, 'decode-compute-heavy', 'warning', 'Decode steps are compute-heavy at this batch size',
+    (14, 'decode-compute-heavy', 'decode', 'warning', 'Decode steps are compute-heavy at this batch size',
         'roofline known and compute_to_memory at least compute_bound_ratio'),
-    (15, 'kv-growth', 'info', 'Decode time grows with KV length',
+    (15, 'kv-growth', 'decode', 'info', 'Decode time grows with KV length',
         'decode fit slope > 0 with r2 at least kv_growth_r2 and growth over the kv range at least kv_growth_pct'),
-    (16, 'low-bandwidth-efficiency', 'warning', 'Decode reaches little of peak memory bandwidth',
+    (16, 'low-bandwidth-efficiency', 'decode', 'warning', 'Decode reaches little of peak memory bandwidth',
         'roofline known and bandwidth efficiency below low_bandwidth_efficiency'),
-    (17, 'host-overhead', 'warning', 'Host overhead between steps is large',
+    (17, 'host-overhead', 'decode', 'warning', 'Host overhead between steps is large',
         'engine gaps (time in no iteration between a request''s emissions) are at least host_overhead_share of ITL; '
         || 'time in other requests'' iterations or preempted is not host time'),
-    (18, 'small-model-or-cpu', 'info', 'Small model or CPU: decode is not purely memory-bound',
+    (18, 'small-model-or-cpu', 'decode', 'info', 'Small model or CPU: decode is not purely memory-bound',
         'hardware is a CPU, or the model has fewer than small_model_params parameters, and decode tokens exist'),
-    (19, 'no-roofline', 'info', 'No roofline for this trace',
+    (19, 'no-roofline', 'decode', 'info', 'No roofline for this trace',
         'model or GPU unknown, a CPU run, or no decode tokens to compare'),
-    (20, 'prefill-stalls', 'warning', 'Prefills stretch other requests'' decode steps',
+    (20, 'prefill-stalls', 'decode', 'warning', 'Prefills stretch other requests'' decode steps',
         'steps that also prefill take at least prefill_stall_ratio times a decode-only step'),
-    (21, 'gpu-sampling-coarse', 'info', 'GPU sampling is coarser than a decode step',
+    (21, 'gpu-sampling-coarse', 'evidence', 'info', 'GPU sampling is coarser than a decode step',
         'the median interval between GPU samples exceeds the mean decode step (or ITL)'),
-    (22, 'gpu-underutilised', 'warning', 'The GPU idles during decode',
+    (22, 'gpu-underutilised', 'decode', 'warning', 'The GPU idles during decode',
         'mean SM (else NVML GPU) utilisation during decode windows is below gpu_busy_pct'),
-    (23, 'cpu-tokenize-hot', 'warning', 'The CPU is busy tokenizing',
+    (23, 'cpu-tokenize-hot', 'tokenize', 'warning', 'The CPU is busy tokenizing',
         'tokenize holds at least cpu_category_share of non-idle CPU samples'),
-    (24, 'cpu-profile', 'info', 'Where the host CPU went',
+    (24, 'cpu-profile', 'evidence', 'info', 'Where the host CPU went',
         'CPU samples exist and one non-idle category holds at least cpu_category_share of them'),
-    (25, 'other-unattributed', 'warning', 'Server time outside the named phases',
+    (25, 'other-unattributed', 'other', 'warning', 'Server time outside the named phases',
         'other holds at least other_share of e2e'),
-    (26, 'failed-requests', 'warning', 'Some requests failed',
+    (26, 'failed-requests', 'evidence', 'warning', 'Some requests failed',
         'at least one request has status error (left out of every figure)'),
-    (27, 'dropped-rows', 'warning', 'The recorder dropped rows',
+    (27, 'dropped-rows', 'evidence', 'warning', 'The recorder dropped rows',
         'meta.json counts dropped rows: the evidence is incomplete'),
-    (28, 'network-rtt-bound', 'info', 'The client''s TCP handshakes bound the network time',
+    (28, 'network-rtt-bound', 'network', 'info', 'The client''s TCP handshakes bound the network time',
         'network is not measured per request, but client.request and client.connect spans are: 1 RTT <= network <= network_bound_round_trips RTTs'),
-    (29, 'prefill-interference', 'warning', 'Co-scheduled prefill slows or pauses running decodes',
+    (29, 'prefill-interference', 'decode', 'warning', 'Co-scheduled prefill slows or pauses running decodes',
         'waits through prefill iterations plus the stretch of own steps that also prefilled hold at least '
         || 'prefill_interference_share of decode time (step accounting)'),
-    (30, 'preemption', 'warning', 'Requests were preempted mid-decode',
+    (30, 'preemption', 'decode', 'warning', 'Requests were preempted mid-decode',
         'some request missed preemption_min_steps decode iterations in a row while the engine kept stepping, and '
         || 'that time holds at least preemption_share of decode time'),
-    (31, 'client-bound', 'warning', 'The load client, not the server, limits the run',
+    (31, 'client-bound', 'client_queue', 'warning', 'The load client, not the server, limits the run',
         'client.queue spans exist and the achieved send rate is below client_rate_ratio of the offered rate, or client_queue holds at least client_queue_share of e2e; the detail names the limit (concurrency cap, the probe''s event loop)'),
-    (32, 'server-frontend', 'warning', 'The server''s frontend, not the network, holds the time outside the engine',
+    (32, 'server-frontend', 'frontend', 'warning', 'The server''s frontend, not the network, holds the time outside the engine',
         'the server''s spans are its engine''s (server_scope engine), a TCP handshake measured the round trip, and frontend (client.request minus the engine''s span, less a round trip per request and per handshake it opened) is the bottleneck or holds at least misdiagnosis_share of e2e'),
-    (33, 'network-frontend-unsplit', 'info', 'Network and the server''s own time outside its spans are not split',
+    (33, 'network-frontend-unsplit', 'network', 'info', 'Network and the server''s own time outside its spans are not split',
         'the server says less than its whole time (its spans are its engine''s, server_scope engine, or it reported phases but no total) and no TCP handshake was timed: the client''s time beyond what the server says holds both')
-) AS v(ordinal, id, severity, title, fires_when)
+) AS v(ordinal, id, suspect, severity, title, fires_when)
 -- module engine: the findings from the engine's metrics; module tail_findings: the tail's
 UNION ALL SELECT * FROM engine_findings_catalogue
 UNION ALL SELECT * FROM tail_findings_catalogue;
@@ -95,6 +96,7 @@ UNION ALL SELECT * FROM tail_findings_catalogue;
 -- The findings that fire for this analysis, warnings first.
 -- @column ordinal: Catalogue position.
 -- @column id: Stable identifier (see findings_catalogue, docs/findings.md).
+-- @column suspect: The suspect the finding is evidence about (see findings_catalogue).
 -- @column severity: 'warning' or 'info'.
 -- @column title: One-line statement.
 -- @column detail: The evidence: measured numbers with units.
@@ -350,7 +352,7 @@ WITH f AS (
          FROM attribution_requests AS r, _thresholds AS tk
          WHERE r.ok AND r.tokenize_ms IS NOT NULL AND r.prompt_tokens >= tk.tokenizer_min_prompt_tokens) AS k
 )
-SELECT c.ordinal, f.id, c.severity, c.title, f.detail
+SELECT c.ordinal, f.id, c.suspect, c.severity, c.title, f.detail
 FROM (SELECT id, detail FROM f UNION ALL SELECT id, detail FROM engine_findings
       UNION ALL SELECT id, detail FROM tail_findings) AS f
 JOIN findings_catalogue AS c USING (id)

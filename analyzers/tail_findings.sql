@@ -9,30 +9,31 @@
 -- The findings about the tail (appended to findings_catalogue).
 -- @column ordinal: Position in the catalogue (after the engine's).
 -- @column id: Stable identifier (kebab-case).
+-- @column suspect: The suspect the finding is evidence about, the row of the TUI's Diagnosis panel it is shown on: a component (tracetool.schema COMPONENTS), 'replica' (one replica of several) or 'evidence' (the trace itself: what it holds, what failed, what it cannot say).
 -- @column severity: 'warning' or 'info'.
 -- @column title: One-line statement of the finding.
 -- @column fires_when: The condition, in words, with the thresholds it uses.
 CREATE OR REPLACE TEMP TABLE tail_findings_catalogue AS
 SELECT * FROM (VALUES
-    (201, 'tail-queue-bursts', 'warning', 'The tail is queueing behind bursts of arrivals',
+    (201, 'tail-queue-bursts', 'queue', 'warning', 'The tail is queueing behind bursts of arrivals',
         'for the TTFT (else e2e) tail explained (tail_min_requests): queue holds at least tail_component_share of the gap to the typical requests (or, with no queue span, what no component measured does while the engine''s metrics saw engine_waiting_requests waiting), and a load feature (arrivals in the second before, requests in flight, the engine''s waiting requests) separates the tail (tail_effect_size, tail_significance)'),
-    (202, 'tail-long-prompts', 'warning', 'The tail is a few long prompts',
+    (202, 'tail-long-prompts', 'prefill', 'warning', 'The tail is a few long prompts',
         'for the TTFT (else e2e) tail: prompt length separates it with a mean at least tail_ratio times the typical one, and prefill plus tokenize hold at least tail_component_share of the gap (or prefill is not measured and what no component measured does)'),
-    (203, 'tail-prefill-interference', 'warning', 'Co-scheduled prefill is behind the ITL spikes',
+    (203, 'tail-prefill-interference', 'decode', 'warning', 'Co-scheduled prefill is behind the ITL spikes',
         'the slowest ITL gaps spend at least tail_component_share of their difference from typical gaps waiting through or sharing steps with other requests'' prefill (step accounting)'),
-    (204, 'tail-preemption', 'warning', 'Preemption stalls make the tail',
+    (204, 'tail-preemption', 'decode', 'warning', 'Preemption stalls make the tail',
         'the slowest ITL gaps (else the TPOT tail) spend at least tail_component_share of their difference from typical gaps preempted (no step while the engine kept stepping)'),
-    (205, 'tail-slow-replica', 'warning', 'One replica holds the tail',
+    (205, 'tail-slow-replica', 'replica', 'warning', 'One replica holds the tail',
         'with several replicas (traces), one is over-represented in the TTFT, e2e or TPOT tail: its share of the tail against its share of typical requests separates them (tail_effect_size, tail_significance)'),
-    (206, 'tail-client-delay', 'warning', 'The load client''s own delay makes the tail',
+    (206, 'tail-client-delay', 'client_queue', 'warning', 'The load client''s own delay makes the tail',
         'for the TTFT (else e2e) tail: client_queue (waiting in the load client after the intended send time) holds at least tail_component_share of the gap'),
-    (207, 'tail-new-connections', 'warning', 'New-connection handshakes make the tail',
+    (207, 'tail-new-connections', 'network', 'warning', 'New-connection handshakes make the tail',
         'for the TTFT (else e2e) tail: opening a connection separates its requests and network holds at least tail_component_share of the gap'),
-    (208, 'tail-long-outputs', 'info', 'The e2e tail is long answers, not slow ones',
+    (208, 'tail-long-outputs', 'decode', 'info', 'The e2e tail is long answers, not slow ones',
         'for the e2e tail: output length separates it with a mean at least tail_ratio times the typical one and decode holds at least tail_component_share of the gap'),
-    (209, 'tail-noise', 'info', 'Nothing the trace holds separates the tail: a tail of noise',
+    (209, 'tail-noise', 'evidence', 'info', 'Nothing the trace holds separates the tail: a tail of noise',
         'a TTFT, e2e or TPOT tail of at least tail_min_requests requests is explained and no other tail finding fires: no feature separates its requests and no decode part or load-client wait dominates it')
-) AS v(ordinal, id, severity, title, fires_when);
+) AS v(ordinal, id, suspect, severity, title, fires_when);
 
 -- @table tail_findings
 -- The tail findings that fire, one row each (the metric they were found on is the first of TTFT, e2e,

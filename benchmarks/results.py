@@ -32,7 +32,7 @@ class Figure:
 
     Attributes:
         what: what was measured, in a few words ("collectors, share of a decode step").
-        value: the figure.
+        value: the figure; None when the run found none (no level met the figure's condition).
         unit: its unit ("%", "µs", "x", "rows/s", "s", "MB", ...).
         interval: a 95 % interval (low, high) where the benchmark computes one.
         target: the target in words ("≤ 1 %"), or None for a figure reported without one.
@@ -41,7 +41,7 @@ class Figure:
     """
 
     what: str
-    value: float
+    value: float | None
     unit: str
     interval: tuple[float, float] | None = None
     target: str | None = None
@@ -126,5 +126,5 @@ def _figure(f: Figure) -> dict[str, Any]:
         del d["interval_is"]
     if f.interval is not None:
         d["interval"] = [float(f.interval[0]), float(f.interval[1])]
-    d["value"] = float(f.value)
+    d["value"] = None if f.value is None else float(f.value)
     return d

@@ -299,6 +299,8 @@ class NvmlSampler:
         self._thread: threading.Thread | None = None
         self._sink: Any = None
         self.samples = 0
+        #: Periods the thread has gone through, sampled or switched off (``Recorder.enabled``).
+        self.ticks = 0
         self.late_ticks = 0
         #: CPU time the sampler thread used, nanoseconds (read after :meth:`stop`).
         self.cpu_ns = 0
@@ -401,6 +403,7 @@ class NvmlSampler:
             while not self._stop.is_set() and self.gpus:
                 if self.recorder.enabled:  # switched off (Recorder.enabled): no NVML calls, no rows
                     self.sample_once()
+                self.ticks += 1
                 next_t += period
                 delay = next_t - time.monotonic()
                 if delay < 0:  # fell behind (a slow NVML call): skip the missed ticks, never burst

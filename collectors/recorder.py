@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from tracetool import recorder as _core
-from tracetool.live.config import LiveConfig
 from tracetool.recorder import (
     NULL,
     LiveSpec,
@@ -31,8 +30,10 @@ class Recorder(_core.Recorder):
 
     def __init__(self, out: str | Path | None = None, *,
                  live: str | Mapping[str, Any] | LiveSpec | None = None, **options: Any) -> None:
-        if live is not None and not hasattr(live, "start_live"):
-            live = LiveConfig.of(live)  # a str or a mapping here
+        if live is not None and not hasattr(live, "start_live"):  # a str, a mapping or a LiveConfig here
+            from tracetool.live.sidecar import live_spec
+
+            live = live_spec(live)
         super().__init__(out, live=live, **options)
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+from tests.waiting import wait_until
 
 DEADLINE_S = 90.0
 
@@ -38,14 +39,17 @@ class Tmux:
         so one text on screen does not mean its neighbours are there yet."""
         texts = (what,) if isinstance(what, str) else what
         test = (lambda text: all(t in text for t in texts)) if isinstance(texts, tuple) else what
-        end = time.monotonic() + deadline
-        text = ""
-        while time.monotonic() < end:
-            text = self.pane()
-            if test(text):
-                return text
-            time.sleep(0.1)
-        raise AssertionError(f"timed out waiting for {description or what!r}; the pane shows:\n{text}")
+        shown = [""]
+
+        def holds() -> bool:
+            shown[0] = self.pane()
+            return bool(test(shown[0]))
+
+        try:
+            wait_until(holds, repr(description or what), timeout=deadline, interval=0.1)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; the pane shows:\n{shown[0]}") from None
+        return shown[0]
 
 
 @contextmanager

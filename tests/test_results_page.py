@@ -30,5 +30,28 @@ def test_every_figure_carries_what_the_page_shows() -> None:
         assert body["schema"] == 1 and p.stem == body["benchmark"], p
         assert body["command"] and body["machine"] and body["date"] and body["commit"], p
         for f in body["figures"]:
-            assert f["what"] and isinstance(f["value"], (int, float)) and "unit" in f, (p, f)
+            assert f["what"] and (f["value"] is None or isinstance(f["value"], (int, float))) and "unit" in f, (p, f)
             assert (f.get("met") is None) == (f.get("target") is None), (p, f["what"])
+
+
+def test_figures_of_removed_code_are_not_shown_as_met() -> None:
+    """A result measured on code since removed says so and judges no target: "met" would claim it still holds."""
+    r = _renderer()
+    for body in r.load():
+        note = " ".join(str(body.get(k) or "") for k in ("note", "historical"))
+        if "since removed" in note or "no longer exists" in note:
+            assert body.get("historical"), body["benchmark"]
+    page = r.render(r.load())
+    for line in page.splitlines():
+        if line.startswith("| `bench_switch`") or line.startswith("| `soak`"):
+            assert "| met |" not in line, line
+
+
+def test_a_figure_with_no_value_reads_none_not_zero() -> None:
+    r = _renderer()
+    assert r.number(None, "req/s") == "none"
+    body = json.loads((REPO / "benchmarks" / "results" / "probe_capacity.json").read_text())
+    headline = body["figures"][0]
+    lags = [f for f in body["figures"] if f.get("target") == "<= 1 ms"]
+    # the headline is the fastest level that kept the lag: none when no level did, never "0 req/s"
+    assert (headline["value"] is None) == (not any(f["met"] for f in lags))

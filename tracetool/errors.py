@@ -49,6 +49,11 @@ class ThresholdFailed(TracetoolError):
     exit_code = EXIT_THRESHOLD
 
 
+def one_line(e: BaseException, limit: int = 300) -> str:
+    """An exception's message on one line, cut to ``limit`` characters (for a one-line stderr message)."""
+    return " ".join(str(e).split())[:limit]
+
+
 def _table_col(table: str | None, column: str | None) -> str | None:
     if table and column:
         return f"table {table}, column {column}"

@@ -36,7 +36,7 @@ def lazy_parquet(name: str, paths: Sequence[Path]) -> Any | None:
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
-    from tracetool.reader import conform_table
+    from tracetool.conform import conform_table
 
     target: pa.Schema | None = None
     for path in paths:

@@ -50,7 +50,7 @@ class LiveStream(Protocol):
 
 class LiveSpec(Protocol):
     """What ``Recorder(live=...)`` takes: a live endpoint's options that can start one on a writer
-    (:class:`tracetool.live.config.LiveConfig`). The core only drives it; the endpoint itself
+    (:class:`tracetool.live.sidecar.SidecarSpec`). The core only drives it; the endpoint itself
     lives in :mod:`tracetool.live`, a layer above the core."""
 
     def start_live(self, writer: TraceWriter) -> LiveStream:
@@ -77,8 +77,9 @@ class Recorder:
         meta: extra ``meta.json`` fields (``model``, ``hardware``).
         enabled: start recording at once; flip :attr:`enabled` at run time.
         live: stream the trace to viewers while it is written (``tracetool attach``): a
-            :class:`tracetool.live.config.LiveConfig` (address, token, TLS, limits; the
-            ``collectors.Recorder`` spelling also takes an address ``"127.0.0.1:PORT"``). Off by
+            :class:`~tracetool.live.sidecar.SidecarSpec` (``live_spec(LiveConfig(...))``: address,
+            token, TLS, limits; the ``collectors.Recorder`` spelling also takes a
+            :class:`~tracetool.live.config.LiveConfig`, or an address ``"127.0.0.1:PORT"``). Off by
             default. :meth:`start` starts the endpoint (a small process of its own) and raises
             :class:`~tracetool.errors.UsageError` when the address cannot be bound (docs/live.md).
         writer_options: passed to :class:`TraceWriter` (``flush_rows``, ``max_pending_rows``...).

@@ -9,8 +9,9 @@ line, and re-analyses on a timer when the source is live:
   trees of traces, hive-style ``key=value`` folders grouping them), read once.
   ``live`` is False, so the viewer analyses once (and again when the user asks
   for a reload or picks another group of the dataset).
-* :class:`~tracetool.live.source.LiveSource` (``tracetool attach``, also
-  importable from here; loaded only when asked for): ``live`` is True and
+* :class:`~tracetool.live.source.LiveSource` (``tracetool attach``; it loads
+  pyarrow.flight, so it lives in tracetool.live, which imports this module and
+  never the other way round): ``live`` is True and
   ``refresh_s`` says how often to take a new snapshot; ``snapshot()`` returns
   a sliding window of recent rows as :class:`~tracetool.reader.Trace`
   objects, one per server, so several servers show side by side and combined.
@@ -300,14 +301,4 @@ def _unique(labels: Sequence[str]) -> list[str]:
     return out
 
 
-def __getattr__(name: str) -> object:
-    # LiveSource lives in tracetool.live (it loads pyarrow.flight): imported on first use only,
-    # so `tracetool tui` on files never pays for it.
-    if name == "LiveSource":
-        from tracetool.live.source import LiveSource
-
-        return LiveSource
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = ["DirectorySource", "GroupedSource", "TraceGroup", "TraceSource"]  # and LiveSource, lazily (__getattr__)
+__all__ = ["DirectorySource", "GroupedSource", "SourceDefaults", "TraceGroup", "TraceSource"]

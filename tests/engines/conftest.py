@@ -24,7 +24,6 @@ import os
 import signal
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from scripts.engines import LLAMA_SERVER, VLLM
 from tests.integration.conftest import PERSISTENT_CACHE, free_port, server_process, smollm2_dir
 from tests.otlp.conftest import Child, start_receiver
+from tests.waiting import wait_until
 from tracetool.reader import open_trace
 
 __all__ = ["smollm2_dir"]  # the integration tier's fixture, used here too
@@ -163,17 +163,21 @@ class Receiving:
         vLLM exports a request's span when the request finishes, in batches every
         ``OTEL_BSP_SCHEDULE_DELAY_MS``; the receiver writes a row once a request's root span is in.
         """
-        deadline = time.monotonic() + timeout_s
-        got = 0
-        while time.monotonic() < deadline and self.child.proc.poll() is None:
+        got = [0]
+
+        def arrived() -> bool:
             if (self.out / "meta.json").is_file():
                 trace = open_trace(self.out, tables=["requests"])
-                got = trace.table("requests").num_rows if "requests" in trace.tables else 0
-                if got >= n:
-                    return
-            time.sleep(0.2)
-        pytest.fail(f"the receiver has {got} of {n} requests' spans after {timeout_s:.0f} s:\n"
-                    f"{self.child.text[-2000:]}")
+                got[0] = trace.table("requests").num_rows if "requests" in trace.tables else 0
+            return got[0] >= n or self.child.proc.poll() is not None
+
+        try:
+            wait_until(arrived, f"{n} requests' spans in the receiver's trace", timeout=timeout_s, interval=0.2)
+        except AssertionError:
+            pass
+        if got[0] < n:
+            pytest.fail(f"the receiver has {got[0]} of {n} requests' spans after {timeout_s:.0f} s:\n"
+                        f"{self.child.text[-2000:]}")
 
 
 @contextmanager

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import statistics
 import subprocess
-import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from tests.engines.conftest import (
     engine_env,
     receiving,
 )
+from tests.waiting import wait_until
 from tracetool.reader import open_trace
 
 # the first test also starts vLLM (20-60 s here, up to the fixture's 300 s on a loaded machine)
@@ -261,10 +261,8 @@ def test_streams_broken_mid_way_are_never_ok(vllm_server: EngineServer, cli: Any
 
 
 def _wait_idle(server: EngineServer, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def idle() -> bool:
         m = server.metrics()
-        if m.get("vllm:num_requests_running", 1) + m.get("vllm:num_requests_waiting", 1) == 0:
-            return
-        time.sleep(0.2)
-    pytest.fail(f"vLLM still has requests after {timeout_s:.0f} s")
+        return m.get("vllm:num_requests_running", 1) + m.get("vllm:num_requests_waiting", 1) == 0
+
+    wait_until(idle, "vLLM to have no request running or waiting", timeout=timeout_s, interval=0.2)

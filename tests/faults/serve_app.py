@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 import copy
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from collectors import Recorder
+from tests.waiting import wait_until
 
 
 class App:
@@ -34,9 +34,7 @@ class App:
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve()), daemon=True)
         self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started and time.monotonic() < deadline and self.thread.is_alive():
-            time.sleep(0.01)
+        wait_until(lambda: self.server.started or not self.thread.is_alive(), "uvicorn listening", interval=0.01)
         port = self.server.servers[0].sockets[0].getsockname()[1]
         self.url = f"http://127.0.0.1:{port}/v1"
 

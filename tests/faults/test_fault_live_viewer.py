@@ -24,6 +24,7 @@ import pytest
 
 from collectors.recorder import Recorder
 from tests.conftest import REPO
+from tests.waiting import wait_until
 from tracetool.live.config import LiveConfig
 from tracetool.live.protocol import ticket
 from tracetool.reader import open_trace
@@ -50,13 +51,6 @@ class Host:
             self.stop.wait(0.005)
 
 
-def _wait(test: object, what: str, deadline: float = 30) -> None:
-    end = time.monotonic() + deadline
-    while not test():  # type: ignore[operator]
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.02)  # another process makes it true: nothing to await
-
-
 def _attach(url: str, out: Path, seconds: float) -> subprocess.Popen[str]:
     addr = url.split("://", 1)[1]
     return subprocess.Popen([sys.executable, "-m", "tracetool", "attach", addr, "--record", str(out), "--duration",
@@ -71,12 +65,12 @@ def test_a_viewer_killed_mid_stream_and_one_that_stalls(tmp_path: Path) -> None:
     host = Host(rec)
     try:
         viewer = _attach(rec.live.url, tmp_path / "v1", 60)
-        _wait(lambda: rec.live.stats()["viewers"] == 1, "the viewer to attach")
+        wait_until(lambda: rec.live.stats()["viewers"] == 1, "the viewer to attach")
         before = host.tokens
         viewer.send_signal(signal.SIGKILL)  # no goodbye: the TCP connection just breaks
         viewer.wait(10)
-        _wait(lambda: rec.live.stats()["viewers"] == 0, "the endpoint to give the slot back")
-        _wait(lambda: host.tokens > before + 2000, "the host to go on")
+        wait_until(lambda: rec.live.stats()["viewers"] == 0, "the endpoint to give the slot back")
+        wait_until(lambda: host.tokens > before + 2000, "the host to go on")
 
         again = _attach(rec.live.url, tmp_path / "v2", 1.0)  # a new viewer attaches and receives
         _, err = again.communicate(timeout=60)
@@ -86,7 +80,7 @@ def test_a_viewer_killed_mid_stream_and_one_that_stalls(tmp_path: Path) -> None:
         client = flight.FlightClient(rec.live.url)  # a viewer that stalls while the host closes
         reader = client.do_get(flight.Ticket(ticket("tokens", "stalled", history=False)))
         reader.read_chunk()
-        _wait(lambda: rec.live.stats()["viewers"] == 1, "the stalled viewer to attach")
+        wait_until(lambda: rec.live.stats()["viewers"] == 1, "the stalled viewer to attach")
     finally:
         host.stop.set()
         host.thread.join(10)

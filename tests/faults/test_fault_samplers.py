@@ -16,7 +16,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from collectors import Recorder
 from collectors.nvml import NvmlSampler
 from collectors.pyspy import PySpySampler, pyspy_binary
 from tests.system.nvml_double import H100_READINGS, GpuScript, ScriptedNvml
+from tests.waiting import wait_until
 from tracetool.reader import open_trace
 
 
@@ -64,18 +64,12 @@ def test_pyspy_killed_mid_run_keeps_earlier_samples(tmp_path: Path, capsys: pyte
     try:
         rec = Recorder(tmp_path / "t").start()
         sampler = PySpySampler(rec, host.pid, 50, segment_s=0.5).start()
-        deadline = time.monotonic() + 60
-        while sampler.rows == 0 and time.monotonic() < deadline:  # no event says "a segment landed"
-            time.sleep(0.05)
-        assert sampler.rows > 0, "no segment was collected"
+        wait_until(lambda: sampler.rows > 0, "a segment collected", timeout=60)  # no event says "a segment landed"
         def live() -> Any:  # the py-spy sampling now (the next one attaches after each segment)
             seg = sampler._seg
             return seg if seg is not None and seg.started.is_set() and not seg.ended.is_set() else None
 
-        while live() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        seg = live()
-        assert seg is not None
+        seg = wait_until(live, "py-spy sampling its next segment", timeout=60, interval=0.01)
         seg.proc.send_signal(signal.SIGKILL)
         assert sampler.wait(30), "the sampler did not end after py-spy died"
         assert host.poll() is None, "the host died with py-spy"

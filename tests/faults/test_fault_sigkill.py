@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import run_tracetool
+from tests.waiting import wait_until
 from tracetool.errors import TracetoolError
 from tracetool.reader import open_trace
 from tracetool.serving.demo import server_process
@@ -41,19 +42,16 @@ def _seen(trace: Path) -> tuple[set[tuple[str, int]], int]:
         t.rows("spans")
 
 
-def _watch(trace: Path, until: float, rng: random.Random) -> tuple[set[tuple[str, int]], int]:
-    """Read the growing trace until rows appear, then for a random while longer; what was seen last."""
-    seen: set[tuple[str, int]] = set()
-    spans = 0
-    stop_at: float | None = None
-    while time.monotonic() < until:
+def _watch(trace: Path, rng: random.Random) -> tuple[set[tuple[str, int]], int]:
+    """Read the growing trace until rows appear, then for a random while longer (the kill's moment
+    is the test's dice, not a wait); what was seen last."""
+    wait_until(lambda: _seen(trace)[0], f"rows in {trace}", timeout=120, interval=0.05)
+    stop_at = time.monotonic() + rng.uniform(0, 1.5)
+    seen, spans = _seen(trace)
+    while time.monotonic() < stop_at:
+        time.sleep(0.05)
         seen, spans = _seen(trace)
-        if seen and stop_at is None:
-            stop_at = time.monotonic() + rng.uniform(0, 1.5)
-        if stop_at is not None and time.monotonic() >= stop_at:
-            return seen, spans
-        time.sleep(0.05)  # polling a file someone else writes: there is no event to await
-    raise AssertionError(f"no rows reached {trace} in time")
+    return seen, spans
 
 
 def _after_kill(trace: Path, seen: set[tuple[str, int]], spans: int) -> None:
@@ -79,7 +77,7 @@ def test_sigkill_of_a_recorded_hf_program(tmp_path: Path) -> None:
         try:
             assert rec.stdout is not None
             pid = int(rec.stdout.readline().split()[1])  # the recorded program (the recording process)
-            seen, spans = _watch(out, time.monotonic() + 120, rng)
+            seen, spans = _watch(out, rng)
             os.kill(pid, signal.SIGKILL)
             _, err = rec.communicate(timeout=60)
         finally:
@@ -102,7 +100,7 @@ def test_sigkill_of_serve_under_probe_traffic(tmp_path: Path) -> None:
                                       "-q", "--json", "-o", str(tmp_path / f"client{attempt}")],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             try:
-                seen, spans = _watch(trace, time.monotonic() + 120, rng)
+                seen, spans = _watch(trace, rng)
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(30)
                 out, err = probe.communicate(timeout=120)  # the rest of the run meets a dead port

@@ -34,6 +34,7 @@ import pytest
 
 from collectors.demo import cache_dir
 from collectors.demo.smollm2 import gguf_file as smollm2_gguf
+from tests.waiting import wait_until
 
 #: What llama-cpp-python's server needs besides the bindings (its [server] extra).
 SERVER_MODULES = ("fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
@@ -88,12 +89,14 @@ def server_process(name: str, cmd: list[str], ready_url: str, log: Path, *, env:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 env=dict(os.environ) if env is None else env, start_new_session=True)
     try:
-        deadline = time.monotonic() + start_timeout_s
-        while not _ready(ready_url):  # a server that died is a failure at once
-            if proc.poll() is not None or time.monotonic() > deadline:
-                tail = log.read_text(errors="replace")[-3000:]
-                pytest.fail(f"{name} did not start (exit {proc.poll()}, {start_timeout_s:.0f} s allowed):\n{tail}")
-            time.sleep(0.2)
+        try:  # a server that died is a failure at once
+            wait_until(lambda: proc.poll() is not None or _ready(ready_url), f"{name} to answer {ready_url}",
+                       timeout=start_timeout_s, interval=0.2)
+        except AssertionError:
+            pass
+        if proc.poll() is not None or not _ready(ready_url):
+            tail = log.read_text(errors="replace")[-3000:]
+            pytest.fail(f"{name} did not start (exit {proc.poll()}, {start_timeout_s:.0f} s allowed):\n{tail}")
         yield proc
     finally:
         _stop_group(proc)

@@ -2,8 +2,9 @@
 
 Everything runs in-process on loopback ports picked by the OS (``127.0.0.1:0``),
 except where a test needs a process it can kill. Waits are on conditions the
-callbacks signal (:class:`Received`), with deadlines generous for a loaded
-2-core machine; none is a bare sleep.
+callbacks signal (:class:`Received`), or else on what the code exposes with
+:func:`tests.waiting.wait_until` (re-exported here), with deadlines generous for
+a loaded 2-core machine; none is a bare sleep.
 """
 
 from __future__ import annotations
@@ -13,15 +14,16 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from collectors.recorder import Recorder
+from tests.waiting import TIMEOUT_S as DEADLINE_S
+from tests.waiting import wait_until as wait_until
 from tracetool.live.client import ClientOptions, ServerConnection
 from tracetool.live.protocol import Address
-
-DEADLINE_S = 30.0
 
 
 def free_port() -> int:
@@ -31,13 +33,28 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_until(test: Callable[[], bool], what: str, deadline: float = DEADLINE_S) -> None:
-    """Poll a condition another process or gRPC's threads make true (no event to await there)."""
-    end = time.monotonic() + deadline
-    while not test():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+def history_sent(rec: Recorder) -> bool:
+    """A viewer is connected and the endpoint sent it every table's history (its ``stats``)."""
+    stats = rec.live.stats()
+    return bool(stats["viewers"]) and all(t["sent_rows"] >= t["history_rows"] for t in stats["tables"].values())
+
+
+def endpoint_holds_what_was_written(rec: Recorder) -> bool:
+    """After ``rec.writer.flush()``: the endpoint's history holds every row the writer wrote to disk
+    (the rows reach it through the sidecar's forwarder and process, after the file)."""
+    tables = rec.live.stats()["tables"]
+    return all(t["rows"] == recorded_rows(rec.writer.directory, name) for name, t in tables.items())
+
+
+def recorded_rows(path: Path, table: str) -> int:
+    """The complete rows of ``table`` in a recording being written (0 before its file exists)."""
+    from tracetool.errors import BadInput
+    from tracetool.reader import open_trace
+
+    try:
+        return open_trace(path, tables=[table]).rows(table)
+    except BadInput:  # not a trace yet: no meta.json, no table file
+        return 0
 
 
 def stop_process(p: subprocess.Popen[str], sig: int) -> tuple[str, str]:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from live_helpers import Traffic, free_port, produce, stop_process, wait_until
+from live_helpers import Traffic, free_port, produce, recorded_rows, stop_process, wait_until
 
 from collectors.recorder import Recorder
 from tracetool.live.config import LiveConfig
@@ -115,8 +115,8 @@ def test_sigterm_ends_a_recording_saved_like_ctrl_c(live_recorder: Callable[...,
         p = subprocess.Popen([sys.executable, "-m", "tracetool", "attach", str(rec.live.address), "--record",
                               str(out), "--duration", "600", "--json"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        wait_until(lambda: (out / "tokens.arrows").exists(), "the recording's tokens file")
-        time.sleep(1.5)  # the history and some live rows arrive
+        wait_until(lambda: recorded_rows(out, "tokens") > 30, "the history and some live rows in the recording",
+                   interval=0.1)
         t0 = time.monotonic()
         stdout, stderr = stop_process(p, signal.SIGTERM)
     assert time.monotonic() - t0 < 30, "SIGTERM did not end the recording promptly"

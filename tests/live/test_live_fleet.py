@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from live_helpers import Traffic, free_port, produce, stop_process, wait_until
+from live_helpers import (
+    Traffic,
+    endpoint_holds_what_was_written,
+    free_port,
+    history_sent,
+    produce,
+    stop_process,
+    wait_until,
+)
 
 from collectors.recorder import Recorder
 from tracetool.dataset import hive_keys
@@ -161,14 +169,14 @@ def test_server_folder_reads_back_as_the_address() -> None:
 
 @pytest.mark.slow
 def test_ctrl_c_prints_what_was_watched_and_exits_130(live_recorder: Callable[..., Recorder]) -> None:
-    import time
-
     rec = live_recorder()
     produce(rec, 3, 5, prefix="before")
+    rec.writer.flush()
+    wait_until(lambda: endpoint_holds_what_was_written(rec), "the endpoint holding the three requests")
     p = subprocess.Popen([sys.executable, "-m", "tracetool", "attach", str(rec.live.address), "--json",
                           "--duration", "600"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_until(lambda: rec.live.stats()["viewers_served"] >= 1, "the viewer's connection")
-    time.sleep(1.0)  # its history arrives
+    # sent: the viewer's readers took it, and watch_live stops them before it reads their windows
+    wait_until(lambda: history_sent(rec), "the viewer's connection and its history sent")
     stdout, stderr = stop_process(p, signal.SIGINT)
     assert p.returncode == 130, stderr
     assert "Traceback" not in stderr

@@ -12,7 +12,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pytest
 from live_helpers import free_port
 
 from tests.terminal import DEADLINE_S, Tmux, tmux_server
+from tests.waiting import wait_until
 from tracetool.serving.demo import server_process
 
 pytestmark = [pytest.mark.slow,
@@ -58,10 +58,8 @@ def test_attach_in_a_real_terminal_watches_tokens_grow(tmux: Tmux, tmp_path: Pat
                                      "the analysed overview")
             assert f"127.0.0.1:{port}" in analysed.splitlines()[0]
             tmux.keys("q")
-            end = time.monotonic() + DEADLINE_S
-            while not status.exists() or not status.read_text().strip():
-                assert time.monotonic() < end, "tracetool attach did not exit on q"
-                time.sleep(0.1)
+            wait_until(lambda: status.exists() and status.read_text().strip(), "tracetool attach to exit on q", timeout=DEADLINE_S,
+                       interval=0.1)
             assert status.read_text().strip() == "0"
             assert "Traceback" not in tmux.pane()
         finally:

@@ -1,4 +1,4 @@
-"""The viewer on a live source: two servers side by side and combined, a header that moves at 4 Hz,
+"""The viewer on a live source: two servers side by side and combined, a header that moves with each refresh,
 the window key, and a server that goes away shown as disconnected."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import pytest
 from live_helpers import Traffic, wait_until
 
 from collectors.recorder import Recorder
+from tests.waiting import wait_until_async
 from tracetool.live.client import ClientOptions
 from tracetool.live.source import LiveSource
 
@@ -44,7 +45,7 @@ def test_source_gives_each_server_and_status(live_recorder: Callable[..., Record
 
 
 @pytest.mark.anyio  # anyio's pytest plugin (anyio comes with httpx) runs the async test
-async def test_app_header_moves_at_refresh_rate_and_w_slides(live_recorder: Callable[..., Recorder]) -> None:
+async def test_app_header_moves_with_each_refresh_and_w_slides(live_recorder: Callable[..., Recorder]) -> None:
     from tracetool.tui.app import TraceApp
 
     rec = live_recorder()
@@ -54,22 +55,20 @@ async def test_app_header_moves_at_refresh_rate_and_w_slides(live_recorder: Call
         with Traffic(rec):
             async with app.run_test(size=(120, 40)) as pilot:
                 seen: list[str] = []
-                for _ in range(12):  # 3 s at the refresh interval
-                    await pilot.pause(0.25)
+
+                def moved() -> bool:  # each refresh's status line (tokens received) differs from the last
                     if not seen or app.status_line != seen[-1]:
                         seen.append(app.status_line)
-                assert len(seen) >= 6, f"the header moved {len(seen)} times in 3 s: {seen}"
+                    return len(seen) >= 6
+
+                await wait_until_async(moved, "the header to move five times", pilot=pilot)
                 assert all("connected" in s for s in seen[1:])
-                while app.snapshot is None:
-                    await pilot.pause(0.1)
+                await wait_until_async(lambda: app.snapshot is not None, "the first snapshot", pilot=pilot)
                 assert app.snapshot.views and app.snapshot.source_label == str(rec.live.address)
                 # the ticks after the first swap the data into a kept connection (tui.model.Sessions)
                 assert app._sessions is not None
-                for _ in range(50):
-                    if app._sessions.reused >= 2:
-                        break
-                    await pilot.pause(0.1)
-                assert app._sessions.reused >= 2
+                sessions = app._sessions
+                await wait_until_async(lambda: sessions.reused >= 2, "two ticks on a kept connection", pilot=pilot)
                 assert app.check_action("window", ())
                 await pilot.press("w")
                 assert src.spec.seconds == 60.0 and "window last 60 s" in app.status_line
@@ -93,12 +92,11 @@ async def test_app_analyses_the_view_shown_and_t_switches_servers(live_recorder:
         with Traffic(a, prefix="a"), Traffic(b, prefix="b"):
             async with app.run_test(size=(120, 40)) as pilot:
                 async def shown(label: str) -> None:
-                    for _ in range(100):
+                    def alone() -> bool:
                         snap = app.snapshot
-                        if snap is not None and snap.labels == names and list(snap.views) == [label]:
-                            return
-                        await pilot.pause(0.1)
-                    raise AssertionError(f"{label} never analysed alone: {app.snapshot and list(app.snapshot.views)}")
+                        return snap is not None and snap.labels == names and list(snap.views) == [label]
+
+                    await wait_until_async(alone, f"{label} analysed alone", pilot=pilot)
 
                 await shown(ALL)  # the combined view first, alone
                 assert "view all (2 traces, t)" in app.screen.query_one("StatusBar").render().plain

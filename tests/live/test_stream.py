@@ -141,7 +141,7 @@ def test_meta_changes_after_start_reach_a_late_viewer(live_recorder: Callable[..
         return ((meta.get("model") or {}).get("name") == "late-model"
                 and "a note added while live" in meta.get("notes", []) and "tokens" in h.get("tables", []))
 
-    wait_until(has_it, "the new meta in the endpoint's hello", deadline=5)
+    wait_until(has_it, "the new meta in the endpoint's hello", timeout=5)
 
 
 def test_server_metrics_stream_to_viewers(live_recorder) -> None:

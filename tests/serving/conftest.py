@@ -7,7 +7,6 @@ every child process is stopped (SIGTERM, then SIGKILL) in teardown.
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.waiting import wait_until
 from tracetool.reader import Trace
 from tracetool.serving.demo import server_process
 
@@ -25,16 +25,19 @@ MODEL = "tracetool-demo-llama"
 
 def wait_ready(base_url: str, timeout_s: float = 60.0) -> None:
     """Poll GET /v1/models until it answers 200."""
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
+    last: list[Exception] = []
+
+    def ready() -> bool:
         try:
-            if httpx.get(f"{base_url}/models", timeout=5).status_code == 200:
-                return
+            return httpx.get(f"{base_url}/models", timeout=5).status_code == 200
         except httpx.HTTPError as e:
-            last = e
-        time.sleep(0.05)
-    raise TimeoutError(f"{base_url} not ready: {last}")
+            last[:] = [e]
+            return False
+
+    try:
+        wait_until(ready, f"{base_url} to answer GET /models", timeout=timeout_s, interval=0.05)
+    except AssertionError as e:
+        raise TimeoutError(f"{e} (last error: {last[0] if last else None})") from None
 
 
 @dataclass

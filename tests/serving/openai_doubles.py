@@ -37,6 +37,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
+from tests.waiting import wait_until
+
 PROMPT_MS = 60.0
 PREDICTED_MS = 90.0
 TOKENS = 4
@@ -138,11 +140,11 @@ class UvicornThread:
 
     def __enter__(self) -> UvicornThread:
         self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:  # uvicorn sets it once the socket listens
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the test server did not start")
-            time.sleep(0.01)
+        # uvicorn sets started once the socket listens
+        wait_until(lambda: self.server.started or not self._thread.is_alive(), "the test server listening",
+                   timeout=10, interval=0.01)
+        if not self.server.started:
+            raise RuntimeError("the test server did not start")
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from starlette.routing import Route
 from collectors import Recorder, current_request, now_ns
 from collectors.asgi import TracetoolMiddleware, request_handle, request_id_from_headers
 from tests.serving.conftest import span_durations
+from tests.waiting import wait_until
 from tracetool.reader import open_trace
 from tracetool.serving.sse import parse_server_timing
 
@@ -105,9 +105,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Recorder]]:
     server = uvicorn.Server(config)
     th = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
     th.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline and th.is_alive():
-        time.sleep(0.01)
+    wait_until(lambda: server.started or not th.is_alive(), "uvicorn listening", interval=0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
     yield f"http://127.0.0.1:{port}", rec
     server.should_exit = True

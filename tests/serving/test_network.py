@@ -5,12 +5,12 @@ from __future__ import annotations
 import signal
 import statistics
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.serving.conftest import Server, network_ms, span_durations, wait_ready
+from tests.waiting import wait_until
 from tracetool.errors import TracetoolError
 from tracetool.merge import merge_traces
 from tracetool.reader import open_trace
@@ -38,10 +38,7 @@ def wait_for_ids(path: Path, ids: set[str], timeout_s: float = 30.0) -> None:
         spans = {r["request_id"] for r in t.table("spans").to_pylist() if r["name"] == "server.request"}
         return set(t.table("requests").column("request_id").to_pylist()) & spans
 
-    deadline = time.monotonic() + timeout_s
-    while not ids <= done():
-        assert time.monotonic() < deadline, "the server trace never got the requests"
-        time.sleep(0.1)
+    wait_until(lambda: ids <= done(), "the server trace to hold the requests", timeout=timeout_s, interval=0.1)
 
 
 def test_added_rtt_is_attributed_to_network(server: Server, tmp_path: Path) -> None:
@@ -104,15 +101,12 @@ def test_server_killed_mid_stream(tmp_path: Path) -> None:
         result: list = []
         th = threading.Thread(target=lambda: result.append(__import__("asyncio").run(prober.run())))
         th.start()
-        deadline = time.monotonic() + 60
-        while not (len(prober.live) == 4 and all(r.token_ns for r in list(prober.live.values()))):
-            assert time.monotonic() < deadline, "the four streams never all started"
-            time.sleep(0.05)
+        wait_until(lambda: len(prober.live) == 4 and all(r.token_ns for r in list(prober.live.values())),
+                   "the four streams to start", timeout=60, interval=0.05)
         # and the server's writer has flushed tokens (every 1 s): a kill before that leaves a
         # readable trace with no token rows yet, which is not what this test is about
-        while not flushed_tokens(tmp_path / "server"):
-            assert time.monotonic() < deadline, "the server never flushed a token row"
-            time.sleep(0.05)
+        wait_until(lambda: flushed_tokens(tmp_path / "server"), "the server to flush a token row", timeout=60,
+                   interval=0.05)
         proc.send_signal(signal.SIGKILL)
         th.join(60)
         stop_process(proc)

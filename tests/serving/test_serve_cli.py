@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import run_tracetool
 from tests.serving.conftest import wait_ready
+from tests.waiting import wait_until
 from tracetool.reader import open_trace
 from tracetool.serving.demo import READY_PREFIX
 
@@ -140,7 +141,6 @@ def _finished(out: Path) -> int:
 def test_sigterm_stops_a_probe_with_its_trace_closed(tmp_path: Path) -> None:
     """``kill`` or ``timeout`` on ``tracetool probe -o``: the run stops as after Ctrl-C, exit 130,
     and the client trace is closed and valid, every finished request in it."""
-    import time
 
     from tracetool.serving.demo import server_process
 
@@ -150,13 +150,10 @@ def test_sigterm_stops_a_probe_with_its_trace_closed(tmp_path: Path) -> None:
                               "--max-tokens", "8", "-q", "-o", str(out)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            end = time.monotonic() + 120
-            while not (out / "requests.arrows").exists():
-                assert time.monotonic() < end and p.poll() is None, "the probe wrote no trace"
-                time.sleep(0.1)
-            while _finished(out) < 3:  # some requests finished and flushed: then stop it
-                assert time.monotonic() < end and p.poll() is None, "no request finished"
-                time.sleep(0.1)
+            # some requests finished and flushed: then stop it
+            wait_until(lambda: p.poll() is not None or ((out / "requests.arrows").exists() and _finished(out) >= 3),
+                       "three finished requests in the probe's trace", timeout=120, interval=0.1)
+            assert p.poll() is None, "the probe ended before three requests finished"
             p.send_signal(signal.SIGTERM)
             _, stderr = p.communicate(timeout=60)
         finally:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import openai
 import pytest
 
 from tests.serving.conftest import MODEL, Server, span_durations
+from tests.waiting import wait_until
 from tracetool.reader import Trace, open_trace
 from tracetool.serving.probe import ProbeConfig, run_probe
 
@@ -22,12 +22,17 @@ MSG = [{"role": "user", "content": "tell me about the river"}]
 
 def poll_trace(path: Path, ok: Callable[[Trace], bool], timeout_s: float = 30.0) -> Trace:
     """The server writes its trace while it runs (flushed every 0.5 s): wait until ``ok`` holds."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        t = open_trace(path)
-        if ok(t) or time.monotonic() > deadline:
-            return t
-        time.sleep(0.1)
+    traces: list[Trace] = []
+
+    def read() -> bool:
+        traces[:] = [open_trace(path)]
+        return ok(traces[0])
+
+    try:
+        wait_until(read, f"the server's trace at {path}", timeout=timeout_s, interval=0.1)
+    except AssertionError:
+        pass  # the caller's assertions on the trace say what it lacks
+    return traces[0]
 
 
 def test_official_openai_client_lists_models_and_streams(server: Server) -> None:

@@ -18,6 +18,7 @@ from nvml_double import GpuScript, ScriptedNvml
 from collectors import Recorder
 from collectors.nvml import Nvml, NvmlSampler, PynvmlApi
 from collectors.system import start_system_collectors
+from tests.waiting import wait_until
 from tracetool import notices
 from tracetool.errors import UsageError
 from tracetool.reader import open_trace
@@ -207,10 +208,13 @@ def test_recording_switched_off_pauses_sampling(tmp_path: Path) -> None:
     rec = Recorder(tmp_path / "t").start()
     handle = start_system_collectors(rec, nvml_hz=100, nvml_api=api)
     assert api.wait_samples(3)
+    sampler = handle.nvml
+    assert sampler is not None
     rec.enabled = False
-    time.sleep(0.05)                                     # a tick already past its check may land
-    off_ns, reads = time.time_ns(), api.samples_read
-    time.sleep(0.3)                                      # ~30 ticks at 100 Hz
+    tick = sampler.ticks                                 # a tick already past its check may still land
+    wait_until(lambda: sampler.ticks >= tick + 2, "the tick under way to end")
+    off_ns, reads, tick = time.time_ns(), api.samples_read, sampler.ticks
+    wait_until(lambda: sampler.ticks >= tick + 20, "20 ticks switched off")
     assert api.samples_read == reads
     on_ns = time.time_ns()
     rec.enabled = True
@@ -293,13 +297,11 @@ def test_real_gpu_rows_have_power_and_clocks(tmp_path: Path) -> None:
     probe.shutdown()
     rec = Recorder(tmp_path / "t").start()
     sampler = NvmlSampler(rec, 20, gpus=[0]).start()
-    deadline_rows = 5
-    while sampler.samples < deadline_rows and sampler.running:
-        sampler._stop.wait(0.05)
+    wait_until(lambda: sampler.samples >= 5 or not sampler.running, "5 samples of the real GPU")
     sampler.stop()
     rec.close()
     got = open_trace(tmp_path / "t").table("gpu").to_pylist()
-    assert len(got) >= deadline_rows
+    assert len(got) >= 5
     assert all(r["power_w"] is None or 1 < r["power_w"] < 2000 for r in got)
     assert any(r["sm_clock_mhz"] for r in got)
 

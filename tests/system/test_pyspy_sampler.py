@@ -17,6 +17,7 @@ from collectors import Recorder
 from collectors.pyspy import PySpyError, PySpySampler, short_path, stack_rows, stretches
 from collectors.pyspy_rules import load_rules
 from collectors.system import start_system_collectors
+from tests.waiting import wait_until
 from tracetool import notices
 from tracetool.errors import BadInput, UsageError
 from tracetool.reader import open_trace
@@ -297,10 +298,8 @@ def test_stop_while_running_writes_the_samples(tmp_path: Path, tokenizer_server:
     handle = start_system_collectors(rec, pyspy_hz=50, pid=proc.pid)
     assert handle.pyspy is not None
     # py-spy attaching can take seconds on a loaded machine: count the server's work from then on
-    deadline = time.monotonic() + 30
-    while not handle.pyspy.sampling:
-        assert time.monotonic() < deadline, "py-spy never started sampling"
-        time.sleep(0.05)
+    pyspy = handle.pyspy
+    wait_until(lambda: pyspy.sampling, "py-spy to start sampling", interval=0.05)
     sampling_ns = time.time_ns()
     seen = 0
     while seen < 10:                                       # the server did 100 tokenize calls since

@@ -16,6 +16,7 @@ from textual.widgets import DataTable, Input, OptionList, Static
 from tui_helpers import screen_text, settle, text_of
 from tui_traces import empty_trace
 
+from tests.waiting import wait_until_async
 from tracetool.errors import BadInput
 from tracetool.reader import Trace
 from tracetool.trace_source import DirectorySource, SourceDefaults
@@ -184,8 +185,7 @@ async def test_sql_console_runs_reads_and_refuses_writes(chat: Path, make_app: A
         assert text_of(message).startswith("12 rows")
         generation = app.snapshot.generation
         app.request_analysis(reload=True)  # a new snapshot (a live tick, r) keeps the result's line
-        while app.snapshot.generation == generation:
-            await pilot.pause(0.05)
+        await wait_until_async(lambda: app.snapshot.generation != generation, "the reloaded snapshot", pilot=pilot)
         await settle(pilot)
         assert text_of(message).startswith("12 rows") and result.row_count == 12
         for sql, expected in ((f"COPY tokens TO '{tmp_path}/x.csv'", "COPY statements are refused"),
@@ -243,8 +243,8 @@ async def test_first_analysis_from_a_future_and_first_paint(chat: Path, tmp_path
         worker = threading.Thread(target=lambda: first.set_result(analyse(source, AnalysisOptions(), 1)))
         worker.start()
         await pilot.pause()
-        while app.snapshot is None or "painted" not in marks:
-            await pilot.pause(0.05)
+        await wait_until_async(lambda: app.snapshot is not None and "painted" in marks, "the first paint",
+                               pilot=pilot)
         worker.join()
         assert not app.busy and "decode is the bottleneck" in screen_text(app)
         assert json.loads((tmp_path / "t.json").read_text())["painted"] == marks["painted"]
@@ -329,13 +329,13 @@ async def test_live_source_refreshes_in_the_worker_without_piling_up(chat: Path)
         # attached, the UI, stream and analysis threads hand the GIL over faster
         assert sys.getswitchinterval() == min(before, TraceApp.LIVE_SWITCH_INTERVAL_S)
         assert "waiting for data" in screen_text(app) or app.snapshot is not None
-        while app.snapshot is None or app.snapshot.generation < 4:
-            await pilot.pause(0.05)
+        await wait_until_async(lambda: app.snapshot is not None and app.snapshot.generation >= 4,
+                               "the fourth live snapshot", pilot=pilot)
         await pilot.press("2")  # the UI answers while analyses keep coming
         assert isinstance(app.screen, DecodeScreen)
         generation = app.snapshot.generation
-        while app.snapshot.generation < generation + 2:
-            await pilot.pause(0.05)
+        await wait_until_async(lambda: app.snapshot.generation >= generation + 2, "two more live snapshots",
+                               pilot=pilot)
         assert source.max_in_flight == 1, "one analysis at a time"
         assert source.calls >= 5
         assert app.status_line in ("connected", "disconnected, retrying in 2 s")

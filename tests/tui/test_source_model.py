@@ -107,12 +107,13 @@ def test_every_story_is_judged_up_front(chat: Path, snap: Any) -> None:
 
 def test_diagnosis_on_a_decode_dominant_chat(chat: Path, snap: Any) -> None:
     rows = {r.name: r for r in diagnosis(snap(chat).view(None))}
-    assert list(rows) == [s.name for s in SUSPECTS]
+    # every row a claim judges, then the rows without a claim whose findings fired
+    assert [n for n in rows if rows[n].verdict is not None] == [s.name for s in SUSPECTS if s.claims]
     assert (rows["decode"].verdict, rows["decode"].badge) == ("supported", "✓")
     assert rows["decode"].share is not None and rows["decode"].share > 0.9
     assert (rows["network RTT"].verdict, rows["network RTT"].badge) == ("misdiagnosis", "✗")
     assert "the bottleneck is decode" in rows["network RTT"].evidence
-    assert rows["network RTT"].finding is not None and rows["network RTT"].finding["id"] == "network-not-bottleneck"
+    assert "network-not-bottleneck" in [f["id"] for f in rows["network RTT"].findings]
     assert rows["tokenizer"].verdict == "misdiagnosis"
     prepost = rows["pre/post-processing"]
     assert prepost.verdict == "misdiagnosis" and "preprocess not measured" in prepost.evidence
@@ -121,7 +122,7 @@ def test_diagnosis_on_a_decode_dominant_chat(chat: Path, snap: Any) -> None:
 def test_diagnosis_flips_on_a_cross_region_trace(xregion: Path, snap: Any) -> None:
     rows = {r.name: r for r in diagnosis(snap(xregion).view(None))}
     assert rows["network RTT"].verdict == "supported"
-    assert rows["network RTT"].finding is not None and rows["network RTT"].finding["severity"] == "warning"
+    assert rows["network RTT"].findings and rows["network RTT"].findings[0]["severity"] == "warning"
     assert rows["decode"].verdict in ("contributing", "misdiagnosis")
 
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import shutil
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.terminal import DEADLINE_S, Tmux, tmux_server
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")]
@@ -60,10 +60,8 @@ def test_tui_in_a_real_terminal(tmux: Tmux, chat: Path, tmp_path: Path) -> None:
     tmux.keys("Escape")
     tmux.wait_for(lambda text: "Stop / leave input" in text and "Quit" in text)  # the input let go of the keys
     tmux.keys("q")
-    end = time.monotonic() + DEADLINE_S
-    while not status.exists() or not status.read_text().strip():
-        assert time.monotonic() < end, "tracetool tui did not exit on q"
-        time.sleep(0.1)
+    wait_until(lambda: status.exists() and status.read_text().strip(), "tracetool tui to exit on q", timeout=DEADLINE_S,
+               interval=0.1)
     assert status.read_text().strip() == "0"
     assert "Traceback" not in tmux.pane()
 
@@ -76,10 +74,8 @@ def test_tui_bad_trace_in_a_real_terminal(tmux: Tmux, tmp_path: Path) -> None:
     tmux.run("new-session", "-d", "-s", "tui", "-x", "80", "-y", "24",
              f"{sys.executable} -m tracetool tui {bad}; echo $? > {status}; sleep 30")
     text = tmux.wait_for("tracetool: error:")
-    end = time.monotonic() + DEADLINE_S
-    while not status.exists() or not status.read_text().strip():
-        assert time.monotonic() < end
-        time.sleep(0.1)
+    wait_until(lambda: status.exists() and status.read_text().strip(), "the exit status", timeout=DEADLINE_S,
+               interval=0.1)
     assert status.read_text().strip() == "3"
     assert "Traceback" not in text and "tokens.arrows" in text
 
@@ -104,8 +100,6 @@ def test_tui_group_picker_in_a_real_terminal(tmux: Tmux, tmp_path: Path) -> None
                          and f"{want['requests']} requests" in t.splitlines()[0] and "analysing" not in t)
     assert "Pick a group" not in text
     tmux.keys("q")
-    end = time.monotonic() + DEADLINE_S
-    while not status.exists() or not status.read_text().strip():
-        assert time.monotonic() < end, "tracetool tui did not exit on q"
-        time.sleep(0.1)
+    wait_until(lambda: status.exists() and status.read_text().strip(), "tracetool tui to exit on q", timeout=DEADLINE_S,
+               interval=0.1)
     assert status.read_text().strip() == "0"

@@ -12,10 +12,10 @@ from typing import Any
 
 import click
 
+from tracetool import units
 from tracetool.cli.common import (
     Roofline,
     emit_json,
-    fmt_ms,
     fmt_pct,
     html_option,
     json_option,
@@ -135,11 +135,11 @@ def print_analysis(doc: dict[str, Any]) -> None:
             continue  # only a server that publishes its engine's spans has one (said under network)
         if c.get("basis") == ENGINE_BASIS:
             # the engine's window mean from its histograms: what the headline says, marked as such
-            echo(f"  {name:<12} {fmt_ms(c['ms']):>10} {fmt_pct(c['share']):>8}  engine metrics: a window mean, "
+            echo(f"  {name:<12} {units.ms(c['ms'], 1):>10} {fmt_pct(c['share']):>8}  engine metrics: a window mean, "
                  "not per request")
             continue
         if name == "network" and not c["measured"] and ne.get("basis") == "unsplit":
-            echo(f"  {name:<12} {'not split':>10} {'':>8}  network + server frontend {fmt_ms(ne.get('outside_ms'))} "
+            echo(f"  {name:<12} {'not split':>10} {'':>8}  network + server frontend {units.ms(ne.get('outside_ms'), 1)} "
                  f"({fmt_pct(ne.get('outside_share'))}): no round trip measured to split them")
             continue
         if not c["measured"]:
@@ -147,13 +147,13 @@ def print_analysis(doc: dict[str, Any]) -> None:
             continue
         bar = "█" * round((c["share"] or 0) * 30)
         mark = "  ◀ bottleneck" if name == doc["bottleneck"] else ""
-        echo(f"  {name:<12} {fmt_ms(c['ms']):>10} {fmt_pct(c['share']):>8}  {bar}{mark}")
+        echo(f"  {name:<12} {units.ms(c['ms'], 1):>10} {fmt_pct(c['share']):>8}  {bar}{mark}")
     echo("")
     echo(f"  {'latency':<8} {'clock':<7} {'n':>9} {'mean':>10} {'p50':>10} {'p90':>10} {'p95':>10} {'p99':>10}")
     for key in ("e2e", "ttft", "itl", "tpot"):
         p = doc[f"{key}_ms"]
         echo(f"  {key:<8} {p['clock'] or NOT_MEASURED:<7} {p['n']:>9,} " + " ".join(
-            f"{fmt_ms(p[q]):>10}" for q in ("mean", "p50", "p90", "p95", "p99")))
+            f"{units.ms(p[q], 1):>10}" for q in ("mean", "p50", "p90", "p95", "p99")))
     d = doc["decode"]
     echo("")
     if d["per_request_tok_s"] is not None:
@@ -163,10 +163,10 @@ def print_analysis(doc: dict[str, Any]) -> None:
     if fit:
         sign = "-" if fit["per_1k_kv_ms"] < 0 else "+"
         r2 = NOT_MEASURED if fit["r2"] is None else f"{fit['r2']:.2f}"
-        echo(f"  fit    {fit['basis']} = {fmt_ms(fit['base_ms'], 2)} {sign} {abs(fit['per_1k_kv_ms']):.3f} ms per 1k KV "
+        echo(f"  fit    {fit['basis']} = {units.ms(fit['base_ms'], 2)} {sign} {abs(fit['per_1k_kv_ms']):.3f} ms per 1k KV "
              f"(r² {r2}, {fit['n']:,} tokens, kv {fit['kv_len_min']:,}-{fit['kv_len_max']:,})")
     if roof:
-        echo(f"  roofline ideal {fmt_ms(roof['ideal_step_ms'], 2)} vs measured {fmt_ms(roof['measured_step_ms'], 2)}"
+        echo(f"  roofline ideal {units.ms(roof['ideal_step_ms'], 2)} vs measured {units.ms(roof['measured_step_ms'], 2)}"
              f" → {fmt_pct(roof['bandwidth_efficiency'])} of peak bandwidth")
     elif d["roofline_note"]:
         echo(f"  roofline: none ({d['roofline_note']})")
@@ -177,7 +177,7 @@ def print_analysis(doc: dict[str, Any]) -> None:
         echo("")
         echo(f"SLO {', '.join(f'{k} <= {v:g}' for k, v in sl['targets'].items())}: {sl['met_requests']} of "
              f"{sl['requests']} requests met it ({fmt_pct(sl['attainment'])}), goodput "
-             f"{'-' if sl['goodput_rps'] is None else format(sl['goodput_rps'], '.2f')} req/s: "
+             f"{NOT_MEASURED if sl['goodput_rps'] is None else format(sl['goodput_rps'], '.2f')} req/s: "
              + ("met" if sl["met"] else f"NOT met (needs {fmt_pct(sl['attainment_target'])})"))
     if doc.get("tail"):
         _print_tail(doc["tail"])
@@ -199,8 +199,8 @@ def print_analysis(doc: dict[str, Any]) -> None:
         echo("")
         echo(f"  {'trace':<24} {'requests':>9} {'e2e p50':>10} {'ttft p50':>10} {'itl p50':>10}  bottleneck")
         for t in traces:
-            echo(f"  {shown(t['trace'], 24):<24} {t['requests']:>9,} {fmt_ms(t['e2e_ms']['p50']):>10} "
-                 f"{fmt_ms(t['ttft_ms']['p50']):>10} {fmt_ms(t['itl_ms']['p50']):>10}  {t['bottleneck'] or NOT_MEASURED}")
+            echo(f"  {shown(t['trace'], 24):<24} {t['requests']:>9,} {units.ms(t['e2e_ms']['p50'], 1):>10} "
+                 f"{units.ms(t['ttft_ms']['p50'], 1):>10} {units.ms(t['itl_ms']['p50'], 1):>10}  {t['bottleneck'] or NOT_MEASURED}")
     groups = doc.get("groups") or []
     if groups:
         echo("")
@@ -208,9 +208,9 @@ def print_analysis(doc: dict[str, Any]) -> None:
         echo(f"  {'group (' + by + ')':<24} {'traces':>6} {'requests':>9} {'e2e p50':>10} {'ttft p50':>10} "
              f"{'itl p50':>10}  bottleneck")
         for g in groups:
-            name = shown(",".join("-" if v is None else str(v) for v in g["group"].values()), 24)
-            echo(f"  {name:<24} {len(g['traces']):>6} {g['requests']:>9,} {fmt_ms(g['e2e_ms']['p50']):>10} "
-                 f"{fmt_ms(g['ttft_ms']['p50']):>10} {fmt_ms(g['itl_ms']['p50']):>10}  {g['bottleneck'] or NOT_MEASURED}")
+            name = shown(",".join(NOT_MEASURED if v is None else str(v) for v in g["group"].values()), 24)
+            echo(f"  {name:<24} {len(g['traces']):>6} {g['requests']:>9,} {units.ms(g['e2e_ms']['p50'], 1):>10} "
+                 f"{units.ms(g['ttft_ms']['p50'], 1):>10} {units.ms(g['itl_ms']['p50'], 1):>10}  {g['bottleneck'] or NOT_MEASURED}")
 
 
 @click.command()
@@ -255,12 +255,12 @@ def estimate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, ba
     echo(f"  decode step             {e.decode_step_ms_ideal:.2f} ms ideal ({e.decode_bound}-bound), "
          f"{e.decode_step_ms:.2f} ms at {e.efficiency:.0%} → {e.per_request_tok_s:,.0f} tok/s per request, "
          f"{e.aggregate_tok_s:,.0f} tok/s aggregate")
-    echo(f"  prefill                 {e.prefill_flops:.3g} FLOP: {fmt_ms(e.prefill_ms_ideal, 2)} ideal, "
-         f"{fmt_ms(e.prefill_ms, 2)} at {e.prefill_efficiency:.0%}")
-    echo(f"  TTFT {fmt_ms(e.ttft_ms, 2)} · e2e {fmt_ms(e.e2e_ms, 2)}")
+    echo(f"  prefill                 {e.prefill_flops:.3g} FLOP: {units.ms(e.prefill_ms_ideal, 2)} ideal, "
+         f"{units.ms(e.prefill_ms, 2)} at {e.prefill_efficiency:.0%}")
+    echo(f"  TTFT {units.ms(e.ttft_ms, 2)} · e2e {units.ms(e.e2e_ms, 2)}")
     for name, c in e.components.items():
         if c["ms"] > 0:
-            echo(f"    {name:<12} {fmt_ms(c['ms'], 2):>10} {fmt_pct(c['share']):>8}")
+            echo(f"    {name:<12} {units.ms(c['ms'], 2):>10} {fmt_pct(c['share']):>8}")
     for n in e.notes:
         echo(f"  note: {n}")
     return 0
@@ -285,8 +285,8 @@ def _print_engine(e: dict[str, Any]) -> None:
         t = e.get(f"{concept}_time_ms")
         if not t:
             continue
-        pct = f", {bucketed_percentiles(t, fmt_ms)}" if t.get("bucketed") else ""
-        echo(f"  {concept + ' time':<14} mean {fmt_ms(t.get('mean'))} over {t.get('n')} requests{pct}")
+        pct = f", {bucketed_percentiles(t, lambda v: units.ms(v, 1))}" if t.get("bucketed") else ""
+        echo(f"  {concept + ' time':<14} mean {units.ms(t.get('mean'), 1)} over {t.get('n')} requests{pct}")
 
 
 def _print_tail(tail: dict[str, Any]) -> None:

@@ -179,13 +179,5 @@ def fmt_int(n: int | None) -> str:
     return NOT_MEASURED if n is None else f"{n:,}"
 
 
-def fmt_ms(x: float | None, digits: int = 1) -> str:
-    if x is None:
-        return NOT_MEASURED
-    if abs(x) >= 1000:
-        return f"{x / 1000:.2f} s"
-    return f"{x:.{digits}f} ms"
-
-
 def fmt_pct(share: float | None) -> str:
     return NOT_MEASURED if share is None else f"{share * 100:.1f} %"

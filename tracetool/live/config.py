@@ -2,7 +2,9 @@
 
 The Recorder and the CLI build and check these (bad address, a TLS key without
 its certificate: usage errors) before anything starts; the endpoint process
-(:mod:`tracetool.live.sidecar`) receives them.
+(:mod:`tracetool.live.sidecar`) receives them. Starting an endpoint with them is the
+sidecar's (:func:`tracetool.live.sidecar.live_spec`), which imports this module, never the
+other way round.
 """
 
 from __future__ import annotations
@@ -11,14 +13,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tracetool.errors import UsageError
 from tracetool.live.protocol import TOKEN_ENV, Address, parse_address
-
-if TYPE_CHECKING:
-    from tracetool.live.sidecar import LiveSidecar
-    from tracetool.writer import TraceWriter
 
 #: How often the writer flushes while live, by default (``--live-flush-s``). What a flush costs
 #: the host (the writer's, the forwarder's and the endpoint process's wake-ups, and the engine's
@@ -79,12 +77,6 @@ class LiveConfig:
             if p is not None and not Path(p).is_file():
                 raise UsageError(f"{p}: no such certificate/key file")
         return addr
-
-    def start_live(self, writer: TraceWriter) -> LiveSidecar:
-        """Stream ``writer``'s trace with these options (what ``Recorder(live=...)`` calls)."""
-        from tracetool.live.sidecar import start_live
-
-        return start_live(writer, self)
 
     def public(self) -> dict[str, Any]:
         """The fields without the token (it travels in the environment, never on a command line)."""

@@ -343,6 +343,9 @@ def watch_live(addresses: Sequence[Address], duration_s: float, *, options: Clie
                 interrupted = True
             interrupted = interrupted or bool(terminated)
         elapsed = time.monotonic() - t0
+        # stop the readers first: a batch a reader took before the interrupt is in the window when
+        # it is read (the first batch of a stream can take a reader a second: pyarrow imports pandas)
+        source.close()
         servers = []
         for c, w in zip(source.connections, source.windows, strict=True):
             w.dropped = c.dropped

@@ -236,7 +236,8 @@ class LiveEndpoint:
     def stats(self, viewer: str | None = None) -> dict[str, Any]:
         """Rows streamed per table, viewers, drops and refusals (the ``stats`` action)."""
         with self._lock:
-            tables = {name: {"batches": t.seq, "rows": t.rows, "history_rows": t.history_rows}
+            tables = {name: {"batches": t.seq, "rows": t.rows, "history_rows": t.history_rows,
+                             "sent_rows": sum(v.sent_rows for v in t.viewers)}
                       for name, t in self._tables.items()}
             streams = [v for t in self._tables.values() for v in t.viewers]
             mine = {v.table: v.dropped_rows for v in streams if v.viewer == viewer}

@@ -9,7 +9,7 @@ given ``close_timeout_s`` and then ends with ``os._exit``, whatever gRPC is
 doing; the host never loads a gRPC server at all.
 
 Host side (:class:`LiveSidecar`, what ``Recorder(live=...)`` starts through
-:meth:`LiveConfig.start_live <tracetool.live.config.LiveConfig.start_live>`):
+:meth:`SidecarSpec.start_live`, made by :func:`live_spec`):
 
 * the writer's listener (:meth:`LiveSidecar.on_batch`) appends the batch to
   a bounded queue (``queue_rows``) and returns: the flusher never waits;
@@ -41,6 +41,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -285,6 +286,28 @@ class LiveSidecar:
             _write(self._proc.stdin, META, doc.encode())
             if force:
                 self._proc.stdin.flush()
+
+
+@dataclass(frozen=True)
+class SidecarSpec:
+    """What ``Recorder(live=...)`` takes (:class:`tracetool.recorder.LiveSpec`): a live endpoint's
+    options, started as this module's sidecar on the recorder's writer."""
+
+    config: LiveConfig
+
+    def start_live(self, writer: TraceWriter) -> LiveSidecar:
+        """Stream ``writer``'s trace with these options (:func:`start_live`)."""
+        return start_live(writer, self.config)
+
+
+def live_spec(live: str | LiveConfig | Mapping[str, Any]) -> SidecarSpec:
+    """A live endpoint for ``Recorder(live=...)`` from an address (``"127.0.0.1:9100"``), a mapping
+    of :class:`~tracetool.live.config.LiveConfig` fields or a LiveConfig.
+
+    Raises:
+        UsageError: a bad address, or a TLS key without its certificate.
+    """
+    return SidecarSpec(LiveConfig.of(live))
 
 
 def start_live(writer: TraceWriter, live: str | LiveConfig | Mapping[str, Any]) -> LiveSidecar:

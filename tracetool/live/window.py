@@ -36,7 +36,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracetool.reader import Trace, broken_rows
+from tracetool.conform import broken_rows
+from tracetool.reader import Trace
 from tracetool.schema import TABLES
 
 #: The column that dates a row of each table (None or absent: joined by request id only).
@@ -301,7 +302,7 @@ __all__ = ["TIME_COLUMN", "ServerWindow", "WindowSpec"]
 
 
 def valid_rows(table: str, batch: pa.RecordBatch) -> pa.Array | None:
-    """A mask of the rows that keep the format's row rules (:func:`tracetool.reader.broken_rows`),
+    """A mask of the rows that keep the format's row rules (:func:`tracetool.conform.broken_rows`),
     or None when every row does (the common case: no filter, no copy)."""
     spec = TABLES.get(table)
     bad: Any = None

@@ -23,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from tracetool import units
 from tracetool.errors import TracetoolError
+from tracetool.glyphs import NOT_MEASURED
 from tracetool.report import fmt
 from tracetool.report.budget import METRICS, Settings
 from tracetool.report.gate import Comparison, Side, compare
@@ -184,18 +186,18 @@ def print_diff(doc: dict[str, Any]) -> None:
     echo("")
     echo(f"{'latency':<12}{'A':>11}{'B':>11}{'change':>9}  {'interval':<18}")
     for x in doc["latency"]:
-        ci = ("-" if x["ci_low_pct"] is None else f"{x['ci_low_pct']:+.1f} .. {x['ci_high_pct']:+.1f} %")
-        ch = "-" if x["delta_pct"] is None else f"{x['delta_pct']:+.1f} %"
+        ci = (NOT_MEASURED if x["ci_low_pct"] is None else f"{x['ci_low_pct']:+.1f} .. {x['ci_high_pct']:+.1f} %")
+        ch = NOT_MEASURED if x["delta_pct"] is None else f"{x['delta_pct']:+.1f} %"
         name = f"{x['stat']} {fmt.METRIC_NAMES.get(x['metric'], x['metric'])}"
-        echo(f"{name:<12}{_ms(x['a_ms']):>11}{_ms(x['b_ms']):>11}{ch:>9}  {ci}{' *' if x['significant'] else ''}")
+        echo(f"{name:<12}{units.ms(x['a_ms'], 2, unit=False):>11}{units.ms(x['b_ms'], 2, unit=False):>11}{ch:>9}  {ci}{' *' if x['significant'] else ''}")
     echo("")
     echo(f"{'component':<13}{'A ms/req':>10}{'B ms/req':>10}{'change':>11}  {'interval (ms)':<22}{'share A -> B'}")
     for c in doc["components"]:
-        ch = "-" if c["delta_ms"] is None else f"{c['delta_ms']:+.2f}"
-        ci = "-" if c["ci_low_ms"] is None else f"{c['ci_low_ms']:+.2f} .. {c['ci_high_ms']:+.2f}"
+        ch = NOT_MEASURED if c["delta_ms"] is None else f"{c['delta_ms']:+.2f}"
+        ci = NOT_MEASURED if c["ci_low_ms"] is None else f"{c['ci_low_ms']:+.2f} .. {c['ci_high_ms']:+.2f}"
         sh = f"{_pct(c['a_share'])} -> {_pct(c['b_share'])}"
         mark = " <- top" if c["component"] == doc["top"] else ""
-        echo(f"{c['component']:<13}{_ms(c['a_ms']):>10}{_ms(c['b_ms']):>10}{ch:>11}  {ci:<22}{sh}{mark}")
+        echo(f"{c['component']:<13}{units.ms(c['a_ms'], 2, unit=False):>10}{units.ms(c['b_ms'], 2, unit=False):>10}{ch:>11}  {ci:<22}{sh}{mark}")
     if doc.get("tail"):
         echo("")
         echo(f"{'tail':<12}{'requests A/B':>14}  {'component':<13}{'A ms/req':>10}{'B ms/req':>10}{'change':>11}")
@@ -204,12 +206,8 @@ def print_diff(doc: dict[str, Any]) -> None:
             counts = f"{t['a_requests']}/{t['b_requests']}"
             for i, c in enumerate(t["components"][:3]):
                 echo(f"{name if i == 0 else '':<12}{counts if i == 0 else '':>14}  {c['component']:<13}"
-                      f"{_ms(c['a_ms']):>10}{_ms(c['b_ms']):>10}{c['delta_ms']:>+11.2f}")
-
-
-def _ms(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}"
+                      f"{units.ms(c['a_ms'], 2, unit=False):>10}{units.ms(c['b_ms'], 2, unit=False):>10}{c['delta_ms']:>+11.2f}")
 
 
 def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x * 100:.1f} %"
+    return NOT_MEASURED if x is None else f"{x * 100:.1f} %"

@@ -1,39 +1,16 @@
-"""Fixed number formatting for every report format, so the bytes of a report are stable."""
+"""Fixed number formatting for every report format, so the bytes of a report are stable (durations and
+the rounding rule are tracetool.units', shared with every other surface)."""
 
 from __future__ import annotations
 
 import math
-from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from tracetool.glyphs import NOT_MEASURED
+from tracetool.units import fixed, ms
 
 #: Display names of the latency metrics.
 METRIC_NAMES = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "e2e"}
-
-
-def ms(x: float | None) -> str:
-    """Milliseconds for people: ``1.23 s``, ``161.0 ms``, ``4.64 ms``; ``NOT_MEASURED`` when not measured."""
-    if x is None:
-        return NOT_MEASURED
-    if abs(x) >= 1000:
-        return f"{fixed(x / 1000, 2)} s"
-    if abs(x) >= 10:
-        return f"{fixed(x, 1)} ms"
-    return f"{fixed(x, 2)} ms"
-
-
-def fixed(x: float, digits: int, sign: bool = False) -> str:
-    """``x`` with ``digits`` decimals, halves rounded up from its shortest repr.
-
-    The JSON holds values already rounded (680.65); formatting them with ``%.1f``
-    would round the binary double (680.6499...) down and disagree with text made
-    from the unrounded value (680.7). Rounding the decimal repr keeps them equal.
-    """
-    d = Decimal(repr(float(x))).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
-    if d == 0:
-        d = abs(d)
-    return f"{d:+}" if sign else str(d)
 
 
 def limit_ms(x: float) -> str:

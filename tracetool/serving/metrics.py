@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from tracetool import units
+
 PERCENTILES = (50, 90, 99)
 
 
@@ -90,12 +92,6 @@ def format_table(rows: dict[str, dict[str, Any]], labels: dict[str, str]) -> lis
         s = rows.get(key)
         if s is None:
             continue
-        cells = "".join(f"{_ms(s.get(c)):>10}" for c in ("mean", "p50", "p90", "p99"))
+        cells = "".join(f"{units.ms(s.get(c), unit=False):>10}" for c in ("mean", "p50", "p90", "p99"))
         lines.append(f"{label:<26}{cells}{s.get('n', 0):>7}")
     return lines
-
-
-def _ms(v: float | None) -> str:
-    if v is None:
-        return "-"
-    return f"{v:.0f}" if abs(v) >= 1000 else (f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}")

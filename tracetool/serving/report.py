@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from tracetool.glyphs import NOT_MEASURED
 from tracetool.serving.metrics import format_table, latency_metrics, stats
 from tracetool.serving.probe_types import ProbeResult
 from tracetool.serving.schedule import (
@@ -129,8 +130,8 @@ def print_probe_report(rep: dict[str, Any]) -> None:
     sl = rep.get("slo")
     if sl:
         said = ", ".join(f"{k} <= {v:g}" for k, v in sl["targets"].items())
-        att = "-" if sl["attainment"] is None else f"{sl['attainment'] * 100:.1f} %"
-        good = "-" if sl["goodput_rps"] is None else f"{sl['goodput_rps']:.2f} req/s"
+        att = NOT_MEASURED if sl["attainment"] is None else f"{sl['attainment'] * 100:.1f} %"
+        good = NOT_MEASURED if sl["goodput_rps"] is None else f"{sl['goodput_rps']:.2f} req/s"
         echo(f"SLO {said}: {sl['met_requests']} of {sl['requests']} requests met it ({att}), goodput {good}; "
               + ("met" if sl["met"] else f"NOT met (needs {sl['attainment_target'] * 100:g} %)"))
     cl = rep.get("client")

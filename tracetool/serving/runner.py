@@ -155,7 +155,12 @@ def run_server(cfg: ServeConfig, on_ready: Callable[[str], None] | None = None) 
     meta = {"model": model_meta(model), "hardware": hardware_meta(cfg.device),
             "producer": {"name": "tracetool serve"},
             "serve": {"url": url, "served_model": served, "max_batch": cfg.max_batch}}
-    rec = Recorder(out, meta=meta, flush_interval_s=0.5, live=cfg.live, enabled=cfg.record).start()
+    live = None
+    if cfg.live is not None:
+        from tracetool.live.sidecar import live_spec
+
+        live = live_spec(cfg.live)
+    rec = Recorder(out, meta=meta, flush_interval_s=0.5, live=live, enabled=cfg.record).start()
     if not cfg.record:
         rec.note("recording off (--no-record): the collectors were installed but switched off")
     rec.writer.sink("requests")

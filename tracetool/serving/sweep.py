@@ -15,7 +15,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tracetool import units
 from tracetool.errors import BadInput, UsageError
+from tracetool.glyphs import NOT_MEASURED
 from tracetool.serving.probe import ProbeConfig, run_probe
 from tracetool.serving.report import probe_report
 from tracetool.serving.schedule import print_progress
@@ -111,7 +113,7 @@ def moved(axis: str, rows: list[dict[str, Any]]) -> str | None:
     first, last = rows[0], rows[-1]
     common = [k for k in first["shares"] if k in last["shares"]]
     if not common:
-        return ("e2e p50 " + ", ".join(f"{_ms(r['e2e_ms']['p50'])} ms at {level_name(r['level'])}" for r in rows)
+        return ("e2e p50 " + ", ".join(f"{units.ms(r['e2e_ms']['p50'], 1, unit=False)} ms at {level_name(r['level'])}" for r in rows)
                 + "; where the time went is not measured (the server reports no timings, and no request "
                 "waited in the client)")
     k = max(common, key=lambda c: abs(last["shares"][c] - first["shares"][c]))
@@ -131,7 +133,7 @@ def best_level(rows: list[dict[str, Any]]) -> float | None:
 
 
 def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x * 100:.0f} %" if x >= 0.1 else f"{x * 100:.1f} %"
+    return NOT_MEASURED if x is None else f"{x * 100:.0f} %" if x >= 0.1 else f"{x * 100:.1f} %"
 
 
 def print_sweep(doc: dict[str, Any]) -> None:
@@ -140,9 +142,9 @@ def print_sweep(doc: dict[str, Any]) -> None:
     head = [axis, "ok", "TTFT p50", "TTFT p99", "ITL p50", "e2e p50", "e2e p99", "req/s", "tok/s", *comps]
     rows = []
     for r in doc["levels"]:
-        rows.append([level_name(r["level"]), f"{r['ok']}/{r['requests']}", _ms(r["ttft_ms"]["p50"]),
-                     _ms(r["ttft_ms"]["p99"]), _ms(r["itl_ms"]["p50"]), _ms(r["e2e_ms"]["p50"]),
-                     _ms(r["e2e_ms"]["p99"]), _f(r["request_throughput"], 2), _f(r["output_token_throughput"], 1),
+        rows.append([level_name(r["level"]), f"{r['ok']}/{r['requests']}", units.ms(r["ttft_ms"]["p50"], 1, unit=False),
+                     units.ms(r["ttft_ms"]["p99"], 1, unit=False), units.ms(r["itl_ms"]["p50"], 1, unit=False), units.ms(r["e2e_ms"]["p50"], 1, unit=False),
+                     units.ms(r["e2e_ms"]["p99"], 1, unit=False), _f(r["request_throughput"], 2), _f(r["output_token_throughput"], 1),
                      *[_pct(r["shares"].get(k)) for k in comps]])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
     for line in [head, *rows]:
@@ -157,9 +159,5 @@ def print_sweep(doc: dict[str, Any]) -> None:
         echo(f"highest {axis} meeting the SLOs: {level_name(best) if best is not None else 'none'}")
 
 
-def _ms(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1f}"
-
-
 def _f(x: float | None, d: int) -> str:
-    return "-" if x is None else f"{x:.{d}f}"
+    return NOT_MEASURED if x is None else f"{x:.{d}f}"

@@ -3,10 +3,9 @@ and text from the trace as they show it (:func:`text`, :func:`cell`)."""
 
 from __future__ import annotations
 
-import math
-
 from rich.text import Text
 
+from tracetool import units
 from tracetool.glyphs import NOT_MEASURED
 from tracetool.untrusted import NAME_LIMIT, TEXT_LIMIT, shown
 
@@ -30,17 +29,10 @@ def cell(value: object, limit: int = NAME_LIMIT, justify: str = "left") -> Text:
     return Text(shown(value, limit), justify=justify)  # type: ignore[arg-type]
 
 
-def ms(x: float | None, digits: int = 1) -> str:
-    """Milliseconds, switching to seconds from 1,000 ms and to µs below 0.1 ms."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return NOT_MEASURED
-    if abs(x) >= 1000:
-        return f"{x / 1000:,.2f} s"
-    if 0 < abs(x) < 0.1:
-        return f"{x * 1000:.1f} µs"
-    if abs(x) < 10:
-        digits = max(digits, 2)
-    return f"{x:,.{digits}f} ms"
+def ms(x: float | None, digits: int | None = None) -> str:
+    """Milliseconds on screen: :func:`tracetool.units.ms` (digits by size unless given), with µs below
+    0.1 ms where a fixed 0.05 ms would read as zero."""
+    return units.ms(x, digits, micro=True)
 
 
 def pct(share: float | None) -> str:

@@ -26,54 +26,68 @@ _STRENGTH = {"supported": 3, "contributing": 2, "misdiagnosis": 1, "unmeasured":
 
 @dataclass(frozen=True)
 class Suspect:
-    """A row of the Diagnosis panel: the name users know, the claims and findings behind it."""
+    """A row of the Diagnosis panel: the name users know, the claims behind its verdict, and the
+    suspects of the findings catalogue (its ``suspect`` column) whose findings it shows."""
 
     name: str
     short: str
     claims: tuple[str, ...]
-    findings: tuple[str, ...]
+    suspects: tuple[str, ...]
 
 
-#: The usual suspects (docs/domain.md §3), in the order a request meets them.
+#: The usual suspects (docs/domain.md §3), in the order a request meets them. A row with claims is
+#: always shown (the story's verdict); a row without one only when one of its findings fires. Which
+#: finding sits on which row is the catalogue's fact (``findings_catalogue.suspect``), not this list's.
 SUSPECTS = (
-    Suspect("network RTT", "network", ("network",),
-            ("network-dominant", "network-slow-link", "server-frontend", "short-outputs", "network-not-bottleneck",
-             "network-frontend-unsplit", "network-unmeasured")),
-    Suspect("tokenizer", "tokenizer", ("tokenize",), ("tokenizer-pathological", "cpu-tokenize-hot", "tokenizer-negligible")),
-    Suspect("queueing", "queueing", ("queue",), ("queue-dominant",)),
-    Suspect("prefill", "prefill", ("prefill",), ("prefill-dominant", "prefill-stalls")),
-    Suspect("decode", "decode", ("decode",),
-            ("decode-dominant", "low-bandwidth-efficiency", "host-overhead", "decode-compute-heavy",
-             "small-model-or-cpu", "kv-growth", "throughput-conflation", "decode-memory-bound")),
-    Suspect("pre/post-processing", "pre/post", ("preprocess", "postprocess"), ("pipeline-dominant",)),
+    Suspect("load client", "client", (), ("client_queue",)),
+    Suspect("network RTT", "network", ("network",), ("network", "frontend")),
+    Suspect("tokenizer", "tokenizer", ("tokenize",), ("tokenize", "detokenize")),
+    Suspect("queueing", "queueing", ("queue",), ("queue",)),
+    Suspect("prefill", "prefill", ("prefill",), ("prefill",)),
+    Suspect("decode", "decode", ("decode",), ("decode",)),
+    Suspect("pre/post-processing", "pre/post", ("preprocess", "postprocess"), ("preprocess", "postprocess")),
+    Suspect("other server time", "other", (), ("other",)),
+    Suspect("one replica", "replica", (), ("replica",)),
+    Suspect("the evidence", "evidence", (), ("evidence",)),
 )
 
 
 @dataclass(frozen=True)
 class DiagnosisRow:
-    """What the Diagnosis panel prints for one suspect."""
+    """What the Diagnosis panel prints for one suspect: the verdict (None on a row without a claim,
+    whose badge says whether a warning fired) and every finding that fired for it, warnings first."""
 
     name: str
     short: str
-    verdict: str
+    verdict: str | None
     badge: str
     share: float | None
     evidence: str
-    finding: dict[str, Any] | None
+    findings: tuple[dict[str, Any], ...]
+
+
+def row_of(suspect: str) -> Suspect | None:
+    """The Diagnosis row that shows the findings of a catalogue suspect (None for one no row shows)."""
+    return next((s for s in SUSPECTS if suspect in s.suspects), None)
 
 
 def diagnosis(view: View) -> list[DiagnosisRow]:
-    """One row per suspect: the analyzer's verdict, share and evidence, and its most telling finding.
+    """One row per suspect: the analyzer's verdict, share and evidence, and every finding on it.
 
     A suspect made of two components (pre/post-processing) shows the stronger
     verdict, the summed measured share and both evidence lines.
     """
     claims = {r["key"]: r for r in view.analysis.rows("claims") if r["scope"] is None}  # about the mean request
-    fired = {f["id"]: f for f in view.doc.get("findings", [])}
+    fired = view.analysis.rows("findings")  # warnings first, then catalogue order
     rows = []
     for s in SUSPECTS:
         found = [claims[k] for k in s.claims if k in claims]
-        if not found:
+        hits = tuple(f for f in fired if f["suspect"] in s.suspects)
+        if not found and not hits:
+            continue
+        if not found:  # findings only: the badge says whether one asks for action
+            warn = any(f["severity"] == "warning" for f in hits)
+            rows.append(DiagnosisRow(s.name, s.short, None, "!" if warn else "·", None, "", hits))
             continue
         verdict = max((c["verdict"] for c in found), key=lambda v: _STRENGTH.get(v, 0))
         shares = [c["share"] for c in found if c["share"] is not None]
@@ -82,10 +96,7 @@ def diagnosis(view: View) -> list[DiagnosisRow]:
         evidence = "; ".join(c["detail"] for c in (measured or found))
         if measured and len(measured) < len(found):
             evidence += "; " + ", ".join(c["component"] for c in found if c not in measured) + " not measured"
-        hits = [fired[f] for f in s.findings if f in fired]
-        hits.sort(key=lambda f: f["severity"] != "warning")  # warnings first, catalogue order kept
-        rows.append(DiagnosisRow(s.name, s.short, verdict, BADGES.get(verdict, "?"), share, evidence,
-                                 hits[0] if hits else None))
+        rows.append(DiagnosisRow(s.name, s.short, verdict, BADGES.get(verdict, "?"), share, evidence, hits))
     return rows
 
 
@@ -130,25 +141,27 @@ def judge(view: View, words: str) -> Verdict:
     from analyzers import CLAIMS, parse_claim
 
     spec = parse_claim(words)
-    row = view.claim(spec.key, spec.scope)
     component = CLAIMS[spec.key][0]
-    related = {f for s in SUSPECTS if component in s.claims for f in s.findings}
+    row = row_of(component)
+    fired = view.analysis.rows("findings")
+    related = {f["id"] for f in fired if row is not None and f["suspect"] in row.suspects}
     statement = CLAIMS[spec.key][1]
     if spec.scope:  # a story about a tail: judged on that tail, with the tail findings beside it
         component = spec.tail_component or component
         statement = f"{statement} (about the {spec.scope_level} {(spec.scope_metric or '').upper()} tail)"
-        related = {f["id"] for f in view.doc.get("findings", []) if f["id"].startswith("tail-")}
+        related = {f["id"] for f in fired if f["id"].startswith("tail-")}
     elif spec.key == "throughput":
         related = {"throughput-conflation"}
     elif spec.key == "compute-bound":
         related = {"decode-memory-bound", "decode-compute-heavy", "no-roofline", "small-model-or-cpu"}
     findings = tuple(f for f in view.doc.get("findings", []) if f["id"] in related)
-    if row is None:  # the analysis was made without this claim (never in the app; kept honest)
+    verdict = view.claim(spec.key, spec.scope)
+    if verdict is None:  # the analysis was made without this claim (never in the app; kept honest)
         return Verdict(words, spec.key, component, statement, "unmeasured", BADGES["unmeasured"], None,
                        "this analysis did not judge the claim", findings)
-    return Verdict(words, spec.key, component, statement, row["verdict"], BADGES.get(row["verdict"], "?"),
-                   row["share"], row["detail"], findings)
+    return Verdict(words, spec.key, component, statement, verdict["verdict"], BADGES.get(verdict["verdict"], "?"),
+                   verdict["share"], verdict["detail"], findings)
 
 
 __all__ = ["BADGES", "SUSPECTS", "VERDICT_STYLE", "DiagnosisRow", "Story", "Suspect", "Verdict",
-           "diagnosis", "judge", "stories"]
+           "diagnosis", "judge", "row_of", "stories"]

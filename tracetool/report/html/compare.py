@@ -140,11 +140,11 @@ def diff(doc: dict[str, Any]) -> list[Section]:
     rows = []
     for i, c in order:
         k = f"components.{i}"
-        ci = NOT_MEASURED if c["ci_low_ms"] is None else (f"{num(_signed_ms(c['ci_low_ms']), f'{k}.ci_low_ms')} … "
-                                                           f"{num(_signed_ms(c['ci_high_ms']), f'{k}.ci_high_ms')}")
+        ci = NOT_MEASURED if c["ci_low_ms"] is None else (f"{num(fmt.ms(c['ci_low_ms'], sign=True), f'{k}.ci_low_ms')} … "
+                                                           f"{num(fmt.ms(c['ci_high_ms'], sign=True), f'{k}.ci_high_ms')}")
         rows.append([esc(c["component"]) + (" ◀ moved most" if c["component"] == doc.get("top") else ""),
                      n(fmt.ms(c["a_ms"]), f"{k}.a_ms"), n(fmt.ms(c["b_ms"]), f"{k}.b_ms"),
-                     n(_signed_ms(c["delta_ms"]), f"{k}.delta_ms"), ci,
+                     n(fmt.ms(c["delta_ms"], sign=True), f"{k}.delta_ms"), ci,
                      f"{n(fmt.share(c['a_share']), f'{k}.a_share', 100)} → {n(fmt.share(c['b_share']), f'{k}.b_share', 100)}"])
     body = table(["component", "A per request", "B per request", "change", f"{conf} interval", "share A → B"],
                  rows, "lrrrll", caption="Components (ms per request)")
@@ -164,12 +164,6 @@ def diff(doc: dict[str, Any]) -> list[Section]:
                   caption="Latency (bootstrap, requests resampled as units)")
     second = Section(id="diff-latency", title="Latency change", body=lbody, figures=[_diff_latency(doc["latency"])])
     return [first, second]
-
-
-def _signed_ms(x: float | None) -> str:
-    if x is None:
-        return NOT_MEASURED
-    return ("+" if x > 0 else "") + fmt.ms(x)
 
 
 def _diff_components(comps: list[dict[str, Any]]) -> str:

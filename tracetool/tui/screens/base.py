@@ -10,19 +10,39 @@ itself stale and redraws when it comes back, so a live source refreshing at
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer
 
-from tracetool.tui.model import View
+from tracetool.trace_source import TraceSource
+from tracetool.tui.model import Snapshot, View
 from tracetool.tui.widgets.nav_bar import NavBar
 from tracetool.tui.widgets.status_bar import StatusBar
 
-if TYPE_CHECKING:
-    from tracetool.tui.app import TraceApp
+
+@runtime_checkable
+class TraceAppState(Protocol):
+    """What a screen reads of the app (:class:`tracetool.tui.app.TraceApp`, which imports the
+    screens: they know this state, never the app's module). Attributes down: the screens watch
+    ``snapshot`` and ``selected`` and redraw."""
+
+    snapshot: Snapshot | None
+    selected: str | None
+    busy: bool
+    error_line: str
+    status_line: str
+    source: TraceSource
+
+    def current_view(self) -> View | None:
+        """The view shown: the selected one of the latest snapshot (None before the first)."""
+        ...
+
+    def overview_painted(self) -> None:
+        """The overview has drawn an analysis (the app times the first paint)."""
+        ...
 
 
 class TraceScreen(Screen[None]):
@@ -38,10 +58,8 @@ class TraceScreen(Screen[None]):
         self._shown: tuple[int, str] | None = None
 
     @property
-    def trace_app(self) -> TraceApp:
-        from tracetool.tui.app import TraceApp
-
-        assert isinstance(self.app, TraceApp)
+    def trace_app(self) -> TraceAppState:
+        assert isinstance(self.app, TraceAppState)
         return self.app
 
     def compose(self) -> ComposeResult:
@@ -94,4 +112,4 @@ class TraceScreen(Screen[None]):
         """Nothing analysed yet (a live source with no data)."""
 
 
-__all__ = ["TraceScreen"]
+__all__ = ["TraceAppState", "TraceScreen"]

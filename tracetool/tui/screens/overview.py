@@ -62,10 +62,11 @@ class OverviewScreen(TraceScreen):
 def _verdict_line(rows: list[DiagnosisRow]) -> Content:
     """The Diagnosis in one line, above the fold on 80x24: badge and name per suspect."""
     parts: list[str | tuple[str, str]] = [("stories: ", "$text-muted")]
-    for i, r in enumerate(rows):
+    stories = [r for r in rows if r.verdict is not None]  # rows a claim judges; the others hold findings only
+    for i, r in enumerate(stories):
         if i:
             parts.append(("  ", ""))
-        parts += [(r.badge, f"bold {VERDICT_STYLE.get(r.verdict, '')}"), f" {fmt.text(r.short)}"]
+        parts += [(r.badge, f"bold {VERDICT_STYLE.get(r.verdict or '', '')}"), f" {fmt.text(r.short)}"]
     return Content.assemble(*parts)
 
 

@@ -16,7 +16,7 @@ LEGEND = "✓ supported  ~ contributing  ✗ misdiagnosis  ? unmeasured"
 
 
 class Diagnosis(Vertical):
-    """One block per suspect: badge, name, share of e2e, verdict; the evidence; the finding that backs it.
+    """One block per suspect: badge, name, share of e2e, verdict; the evidence; every finding on it.
 
     Evidence lines are their own widgets so that wrapped text keeps its indent.
     """
@@ -24,14 +24,21 @@ class Diagnosis(Vertical):
     def show(self, rows: Sequence[DiagnosisRow]) -> None:
         blocks: list[Static] = []
         for r in rows:
-            style = VERDICT_STYLE.get(r.verdict, "")
-            share = fmt.pct(r.share) if r.share is not None else NOT_MEASURED
-            blocks.append(Static(Content.assemble((f"{r.badge} ", f"bold {style}"), (f"{fmt.text(r.name):<20}", "bold"),
-                                                  f"{share:>9}  ", (fmt.text(r.verdict), style)), classes="suspect"))
-            blocks.append(Static(Content.styled(fmt.text(r.evidence), "$text-muted"), classes="evidence"))
-            if r.finding:
-                warn = r.finding["severity"] == "warning"
-                blocks.append(Static(Content.styled(f"{'!' if warn else '·'} {fmt.text(r.finding['title'])}",
+            if r.verdict is None:  # a suspect no claim judges: its findings only
+                style = "$text-warning" if r.badge == "!" else "$text-muted"
+                blocks.append(Static(Content.assemble((f"{r.badge} ", f"bold {style}"), (fmt.text(r.name), "bold")),
+                                     classes="suspect"))
+            else:
+                style = VERDICT_STYLE.get(r.verdict, "")
+                share = fmt.pct(r.share) if r.share is not None else NOT_MEASURED
+                blocks.append(Static(Content.assemble((f"{r.badge} ", f"bold {style}"),
+                                                      (f"{fmt.text(r.name):<20}", "bold"),
+                                                      f"{share:>9}  ", (fmt.text(r.verdict), style)),
+                                     classes="suspect"))
+                blocks.append(Static(Content.styled(fmt.text(r.evidence), "$text-muted"), classes="evidence"))
+            for f in r.findings:
+                warn = f["severity"] == "warning"
+                blocks.append(Static(Content.styled(f"{'!' if warn else '·'} {fmt.text(f['title'])}",
                                                     "$text-warning" if warn else "$text-muted"), classes="evidence"))
         blocks.append(Static(Content.styled(LEGEND, "$text-muted"), classes="legend"))
         with self.app.batch_update():
