@@ -65,6 +65,13 @@ def test_metric_definitions_match_vllm_bench_serve() -> None:
     assert stats([])["mean"] is None
 
 
+def test_chunks_of_one_read_are_one_arrival() -> None:
+    ms = 1_000_000
+    # chunks 2 and 3 came in one network read (one receipt time): one arrival, as the trace's emissions
+    m = latency_metrics([Timing(0, [100 * ms, 120 * ms, 120 * ms, 150 * ms], 160 * ms)])
+    assert m["itl_ms"]["n"] == 2 and m["itl_ms"]["mean"] == pytest.approx(25.0)
+
+
 def test_normalize_url() -> None:
     assert normalize_url("127.0.0.1:8000", None) == ("http://127.0.0.1:8000/v1", True)
     assert normalize_url("http://h:1/v1/", None) == ("http://h:1/v1", True)

@@ -13,8 +13,10 @@ Per successful streamed request, on the client's clock:
   of content chunks (the trace's ``requests.output_tokens``). AIPerf and GenAI-Perf
   call this number **inter-token latency**.
 * **ITL** (vLLM's definition) = the gaps between successive content chunks,
-  pooled over all requests. When a chunk holds several tokens, a chunk gap is
-  not a token gap: compare TPOT then.
+  pooled over all requests. Chunks that arrive in one network read share a receipt
+  time and count as one arrival (a zero gap is the read, not the server): the
+  trace's ``tokens_gaps`` emissions, so ``analyze`` counts the same gaps. When a
+  chunk holds several tokens, a chunk gap is not a token gap: compare TPOT then.
 
 Statistics are the mean and linear-interpolated percentiles (numpy's default,
 as vLLM) over successful requests only.
@@ -80,7 +82,7 @@ def latency_metrics(timings: Sequence[Timing]) -> dict[str, dict[str, Any]]:
         if t.tokens > 1:
             tpot.append((t.e2e_ns - t.ttft_ns) / (t.tokens - 1) / 1e6)
         ts = t.token_ns
-        itl.extend((ts[i] - ts[i - 1]) / 1e6 for i in range(1, len(ts)))
+        itl.extend((ts[i] - ts[i - 1]) / 1e6 for i in range(1, len(ts)) if ts[i] > ts[i - 1])
     return {"ttft_ms": stats(ttft), "tpot_ms": stats(tpot), "itl_ms": stats(itl), "e2e_ms": stats(e2e)}
 
 
