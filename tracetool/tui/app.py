@@ -37,10 +37,11 @@ from textual.message import Message
 from textual.reactive import var
 from textual.worker import get_current_worker
 
+from analyzers.options import AnalysisOptions
 from tracetool.errors import TracetoolError
 from tracetool.trace_source import GroupedSource, TraceSource
 from tracetool.tui import fmt
-from tracetool.tui.model import ALL, AnalysisOptions, Sessions, Snapshot, View, analyse
+from tracetool.tui.model import ALL, Sessions, Snapshot, View, analyse
 from tracetool.tui.screens.decode import DecodeScreen
 from tracetool.tui.screens.groups import GroupRow, GroupScreen
 from tracetool.tui.screens.help import HelpScreen

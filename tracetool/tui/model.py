@@ -20,23 +20,14 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from analyzers.options import AnalysisOptions
+
 if TYPE_CHECKING:
     from analyzers import Analysis
     from tracetool.trace_source import TraceSource
 
 #: The label of the view that holds every trace together.
 ALL = "all"
-
-
-@dataclass(frozen=True)
-class AnalysisOptions:
-    """The analyzer options the viewer passes through (``tracetool tui/attach``'s roofline options)."""
-
-    model: str | None = None
-    gpu: str | None = None
-    gpus: int | None = None
-    weight_dtype: str | None = None
-    kv_dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -186,9 +177,8 @@ def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
     t1 = time.perf_counter()
     import analyzers
 
-    kw: dict[str, Any] = {"model": options.model, "gpu": options.gpu, "gpus": options.gpus,
-                          "weight_dtype": options.weight_dtype, "kv_dtype": options.kv_dtype,
-                          "claims": story_keys(tail=sessions is None)}
+    # every story the viewer can test, asked for up front (the hypothesis key reads its verdict)
+    opts = AnalysisOptions.of(options, claims=story_keys(tail=sessions is None))
     choices = None
     views: dict[str, View] = {}
     with sessions.take() if sessions is not None else nullcontext() as session:
@@ -198,14 +188,14 @@ def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
             labels = labels or labels_for(traces)
             choices = [ALL, *labels]
             if only in labels:
-                a = analyzers.analyze(traces[labels.index(only)], session=session, **kw)
+                a = analyzers.analyze(traces[labels.index(only)], opts, session=session)
                 a.label = only  # alone, labels_for would drop a '#2' the combined list gives
             else:
-                a = analyzers.analyze(traces, per_trace=False, session=session, labels=labels, **kw)
+                a = analyzers.analyze(traces, opts, per_trace=False, session=session, labels=labels)
             t2 = time.perf_counter()
             views[a.label] = View(a.label, a, a.to_json(), lock=a._lock)
         else:
-            a = analyzers.analyze(traces, session=session, labels=labels, **kw)  # one analysis: reused
+            a = analyzers.analyze(traces, opts, session=session, labels=labels)  # one analysis: reused
             t2 = time.perf_counter()
             if len(a.traces) > 1:
                 views[ALL] = View(ALL, a, a.to_json(), lock=a._lock)
@@ -217,4 +207,4 @@ def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
                     choices=choices, group=group)
 
 
-__all__ = ["ALL", "AnalysisOptions", "Sessions", "Snapshot", "View", "analyse", "story_keys"]
+__all__ = ["ALL", "Sessions", "Snapshot", "View", "analyse", "story_keys"]
