@@ -246,6 +246,8 @@ class TraceApp(App[int]):
                 self.selected = None
             self.snapshot = message.snapshot
             self._remember(message.snapshot)
+            if not self.source.live and len(self.snapshot.views) < len(self.snapshot.labels):
+                self.request_analysis()  # the first paint had the traces together: now each alone
         if self._group_choices() != self._can_group:  # the footer offers g once there is a choice
             self._can_group = not self._can_group
             self.refresh_bindings()
@@ -356,7 +358,11 @@ class TraceApp(App[int]):
             return
         labels = self.snapshot.labels
         current = self.selected if self.selected in labels else labels[0]
-        self.selected = labels[(labels.index(current) + 1) % len(labels)]
+        following = labels[(labels.index(current) + 1) % len(labels)]
+        if not self.source.live and following not in self.snapshot.views:
+            self.notify("analysing each trace alone: a moment", timeout=2)
+            return
+        self.selected = following
         if self.source.live:  # a live snapshot holds the view it was asked for: analyse the new one now
             self.request_analysis()
 
