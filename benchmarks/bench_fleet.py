@@ -169,6 +169,18 @@ def measured_within(cmd: list[str], limit_s: float) -> tuple[float, int, str | N
         return wall, usage.ru_maxrss * 1024, out.read().decode()
 
 
+#: The analysis of every trace together, alone: what the stacked relation made grow with rows, not folders.
+TOGETHER = """
+import sys, time
+from analyzers.analysis import analyze
+from tracetool.dataset import discover, open_members
+t = time.perf_counter()
+opened = open_members(discover([sys.argv[1]]), lazy=True)
+a = analyze([t for _, t in opened.traces], per_trace=False, labels=[m.label for m, _ in opened.traces])
+print(a.to_json()["requests"])
+"""
+
+
 def small_main(counts: list[int], keep: bool, no_result: bool) -> int:
     """The many-small-traces arms; returns the exit status (1: a target missed)."""
     figs, missed = [], False
@@ -196,6 +208,12 @@ def small_main(counts: list[int], keep: bool, no_result: bool) -> int:
             assert len(doc["traces"]) == n and len(doc["groups"]) == servers, (len(doc["traces"]), len(doc["groups"]))
             print(f"{label}: analyze --json {w:.1f} s wall, peak RSS {r / 2**20:.0f} MiB "
                   f"({len(doc['traces']):,} traces, {len(doc['groups'])} groups)", flush=True)
+        tw, tr, tout = measured_within([sys.executable, "-c", TOGETHER, str(root)], limit)
+        if tout is not None:
+            assert int(tout) == n * SMALL_REQUESTS, tout
+        print(f"{label}: every trace together only (no per-trace analyses): {tw:.1f} s, peak RSS {tr / 2**20:.0f} MiB"
+              + ("" if tout is not None else " (stopped)"), flush=True)
+        figs.append(Figure(f"{label}: the analysis of all together alone, no per-trace ones: wall time", tw, "s"))
         met_s = out is not None and target_s is not None and w <= target_s
         figs.append(Figure(f"analyze --json of {label}: wall time" + (" (stopped)" if out is None else ""), w, "s",
                            target=f"≤ {target_s:g} s" if target_s else None,

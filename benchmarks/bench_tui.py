@@ -225,14 +225,14 @@ def main() -> None:
         Figure(f"tui first paint on a {shape}, from process start", paint, "s",
                (min(paints), max(paints)), f"≤ {a.target:g} s", paint <= a.target,
                interval_is=f"min-max of {a.rounds}"),
-        Figure(f"first paint over tracetool analyze --json (no UI), {shape}", paint / an, "x"),
     ]
-    for k in key_names:
-        vals = [r[k] * 1000 for r in rounds]
-        med = statistics.median(vals)
-        figs.append(Figure(f"tui {k} on a {shape}: key to drawn", med, "ms", (min(vals), max(vals)),
-                           f"< {a.key_target * 1000:g} ms", max(vals) < a.key_target * 1000,
-                           interval_is=f"min-max of {a.rounds}"))
+    if a.result == "bench_tui":  # the original shape keeps its ratio; the others stay two rows each
+        figs.append(Figure("first paint over tracetool analyze --json (no UI)", paint / an, "x"))
+    worst = [max(r[k] for k in key_names) * 1000 for r in rounds]
+    figs.append(Figure(f"tui view switch on a {shape} ({', '.join(k.split(' (')[0] for k in key_names)}; the "
+                       "slower): key to drawn", slowest * 1000, "ms", (min(worst), max(worst)),
+                       f"< {a.key_target * 1000:g} ms", max(worst) < a.key_target * 1000,
+                       interval_is=f"min-max of {a.rounds}"))
     write(a.result, figs)
     raise SystemExit(1 if missed else 0)
 
