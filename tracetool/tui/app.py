@@ -216,7 +216,8 @@ class TraceApp(App[int]):
             if reload:
                 self.source.reload()
             only = (self.selected or ALL) if self.source.live else None
-            snap = analyse(self.source, self.options, generation, only=only, sessions=self._sessions, group=group)
+            snap = analyse(self.source, self.options, generation, only=only, sessions=self._sessions, group=group,
+                           behind=self.snapshot is not None)
         except TracetoolError as e:
             self.post_message(self.AnalysisFailed(str(e), _status(self.source), e))
             return

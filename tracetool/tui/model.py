@@ -146,14 +146,16 @@ class Sessions:
 
 def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
             only: str | None = None, sessions: Sessions | None = None,
-            group: str | None = None) -> Snapshot | None:
+            group: str | None = None, behind: bool = False) -> Snapshot | None:
     """Take a snapshot of ``source`` and analyse it; None when a live source has no data yet.
 
     ``only``: with several traces, analyse just this view (``"all"`` or a trace label; None:
     every view). A live viewer passes the view it shows, so a tick costs one analysis instead of
     one per server plus the combined one; the others are analysed when the viewer switches.
     ``sessions``: a live viewer's :class:`Sessions`; the one analysis of an ``only`` tick (or of
-    a single trace) reuses a connection from it.
+    a single trace) reuses a connection from it. ``behind``: something is on screen already (the
+    traces' analysis together, painted first): the traces' own analyses run one at a time, so
+    drawing and keys keep a core.
 
     Raises:
         BadInput: the traces cannot be analysed (no requests, unreadable).
@@ -195,7 +197,10 @@ def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
             t2 = time.perf_counter()
             views[a.label] = View(a.label, a, a.to_json(), lock=a._lock)
         else:
-            a = analyzers.analyze(traces, opts, session=session, labels=labels)  # one analysis: reused
+            from analyzers.analysis import MAX_PARALLEL
+
+            a = analyzers.analyze(traces, opts, session=session, labels=labels,
+                                  parallel=1 if behind else MAX_PARALLEL)
             t2 = time.perf_counter()
             if len(a.traces) > 1:
                 views[ALL] = View(ALL, a, a.to_json(), lock=a._lock)
