@@ -54,7 +54,11 @@ class Group:
 
 @dataclass(eq=False)
 class DatasetAnalysis:
-    """:func:`analyze_dataset`'s result: the overall analysis, the groups, what was set aside."""
+    """:func:`analyze_dataset`'s result: the overall analysis, the groups, what was set aside.
+
+    With several traces, each trace's own analysis (``analysis.traces``) keeps its summary tables
+    (and so its JSON) but not its DuckDB connection (:meth:`Analysis.release`): query the overall
+    analysis, or analyse the trace alone."""
 
     dataset: Dataset
     analysis: Analysis
