@@ -202,7 +202,7 @@ class Analysis:
 
 def analyze(traces: TraceArg | Iterable[TraceArg], options: AnalysisOptions | None = None, *,
             per_trace: bool = True, session: Session | None = None, labels: Sequence[str] | None = None,
-            parallel: int = MAX_PARALLEL, **option_fields: Any) -> Analysis:
+            **option_fields: Any) -> Analysis:
     """Analyse one trace, several, or a directory of traces.
 
     Args:
@@ -221,8 +221,6 @@ def analyze(traces: TraceArg | Iterable[TraceArg], options: AnalysisOptions | No
             ticks). Used when there is one analysis to run (one trace, or ``per_trace=False``).
         labels: one label per trace (default: directory names, suffixed where they repeat); a
             dataset labels its traces by their path under the dataset's root.
-        parallel: at most this many analyses at once (a viewer analysing behind what it shows
-            passes 1, leaving the other cores to drawing).
 
     Raises:
         BadInput: a trace is unreadable, has neither spans nor tokens, or has no requests.
@@ -255,7 +253,7 @@ def analyze(traces: TraceArg | Iterable[TraceArg], options: AnalysisOptions | No
         # under a memory limit the analysis of everything, the largest, gets all of it, alone;
         # the traces' own analyses then share it
         first, jobs = [_run(opened, labels, roof, th, specs, "all", None, memory_limit)], jobs[1:]
-    workers = max(1, min(len(jobs), parallel, parallel_within(memory_limit)))
+    workers = min(len(jobs), MAX_PARALLEL, parallel_within(memory_limit))
     share = None if memory_limit is None else memory_limit // workers
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tracetool-analyze") as ex:
         done = first + list(ex.map(lambda j: _run(j[0], j[1], j[2], th, specs, j[3], None, share), jobs))

@@ -217,7 +217,7 @@ class TraceApp(App[int]):
                 self.source.reload()
             only = (self.selected or ALL) if self.source.live else None
             snap = analyse(self.source, self.options, generation, only=only, sessions=self._sessions, group=group,
-                           behind=self.snapshot is not None)
+                           behind=self.snapshot is not None, cancelled=lambda: worker.is_cancelled)
         except TracetoolError as e:
             self.post_message(self.AnalysisFailed(str(e), _status(self.source), e))
             return

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -146,7 +146,8 @@ class Sessions:
 
 def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
             only: str | None = None, sessions: Sessions | None = None,
-            group: str | None = None, behind: bool = False) -> Snapshot | None:
+            group: str | None = None, behind: bool = False,
+            cancelled: Callable[[], bool] | None = None) -> Snapshot | None:
     """Take a snapshot of ``source`` and analyse it; None when a live source has no data yet.
 
     ``only``: with several traces, analyse just this view (``"all"`` or a trace label; None:
@@ -155,7 +156,8 @@ def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
     ``sessions``: a live viewer's :class:`Sessions`; the one analysis of an ``only`` tick (or of
     a single trace) reuses a connection from it. ``behind``: something is on screen already (the
     traces' analysis together, painted first): the traces' own analyses run one at a time, so
-    drawing and keys keep a core.
+    drawing and keys keep a core, and stop between two when ``cancelled()`` says so (the viewer
+    quit or moved on: None is returned), so quitting waits for one small analysis at most.
 
     Raises:
         BadInput: the traces cannot be analysed (no requests, unreadable).
@@ -197,10 +199,19 @@ def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
             t2 = time.perf_counter()
             views[a.label] = View(a.label, a, a.to_json(), lock=a._lock)
         else:
-            from analyzers.analysis import MAX_PARALLEL
+            if behind and len(traces) > 1:
+                from analyzers.connection import labels_for
 
-            a = analyzers.analyze(traces, opts, session=session, labels=labels,
-                                  parallel=1 if behind else MAX_PARALLEL)
+                labels = labels or labels_for(traces)
+                a = analyzers.analyze(traces, opts, per_trace=False, labels=labels)
+                for trace, lab in zip(traces, labels, strict=True):
+                    if cancelled is not None and cancelled():
+                        return None
+                    one = analyzers.analyze(trace, opts, labels=[lab])
+                    one.traces = []  # as analyze's per-trace analyses of several: no list of itself
+                    a.traces.append(one)
+            else:
+                a = analyzers.analyze(traces, opts, session=session, labels=labels)  # one analysis: reused
             t2 = time.perf_counter()
             if len(a.traces) > 1:
                 views[ALL] = View(ALL, a, a.to_json(), lock=a._lock)
