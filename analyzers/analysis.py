@@ -21,13 +21,8 @@ import pyarrow as pa
 
 from analyzers.connection import Session, TraceArg, connect, is_small, labels_for, load_traces
 from analyzers.engine import engine_json, fill_components
-from analyzers.params import (
-    ClaimSpec,
-    RooflineInputs,
-    Thresholds,
-    parse_claim,
-    roofline_inputs,
-)
+from analyzers.options import AnalysisOptions
+from analyzers.params import ClaimSpec, RooflineInputs, Thresholds
 from analyzers.tail import tail_json
 from tracetool.errors import BadInput
 from tracetool.reader import Trace
@@ -79,6 +74,12 @@ class Analysis:
         """Run SQL over the trace tables and analyzer objects; safe to call from any thread."""
         with self._lock:
             return self.con.sql(sql, params=list(params) or None).to_arrow_table()
+
+    def release(self) -> None:
+        """Close the DuckDB connection, keeping the summary tables (and so the JSON): a dataset's
+        per-trace analyses, thousands of them, hold no database each. :meth:`query` fails after."""
+        with self._lock:
+            self.con.close()
 
     def table(self, name: str) -> pa.Table:
         """One of the summary tables (see :data:`TABLES`)."""
@@ -199,21 +200,19 @@ class Analysis:
         return body
 
 
-def analyze(traces: TraceArg | Iterable[TraceArg], *, model: str | None = None, gpu: str | None = None,
-            gpus: int | None = None, weight_dtype: str | None = None, kv_dtype: str | None = None,
-            claims: Sequence[str | ClaimSpec] = (), thresholds: Thresholds | None = None,
-            per_trace: bool = True, session: Session | None = None,
-            labels: Sequence[str] | None = None, memory_limit: int | None = None) -> Analysis:
+def analyze(traces: TraceArg | Iterable[TraceArg], options: AnalysisOptions | None = None, *,
+            per_trace: bool = True, session: Session | None = None, labels: Sequence[str] | None = None,
+            **option_fields: Any) -> Analysis:
     """Analyse one trace, several, or a directory of traces.
 
     Args:
         traces: trace directories (or a directory of traces), or opened :class:`Trace` objects.
-        model, gpu: presets (``llama-3.1-8b``, ``h100-sxm``, or a config.json path) for the
-            roofline; they override meta.json's ``model``/``hardware`` blocks.
-        gpus: GPUs the model is sharded over (tensor parallel), overriding meta.json.
-        weight_dtype, kv_dtype: dtypes for the preset's bytes (``bf16``, ``fp8``...).
-        claims: stories to judge (component names, aliases such as ``network-rtt``, or phrases).
-        thresholds: verdict and finding thresholds (default :class:`Thresholds`).
+        options: the roofline presets, claims, thresholds and memory limit
+            (:class:`~analyzers.options.AnalysisOptions`); its fields may also be given as
+            keywords (``analyze(trace, model="llama-3.1-8b")``), which override ``options``'s.
+            Under ``memory_limit`` analyses that run side by side share it, and run one after
+            the other when a share would be under :data:`MIN_ANALYSIS_MEMORY`. The engine is
+            DuckDB's here (``analyze_dataset`` opens Spark's).
         per_trace: with several traces, also analyse each alone (:attr:`Analysis.traces`);
             False gives only the combined analysis (``traces`` empty), a live viewer's
             cheaper tick when it shows the combined view.
@@ -222,19 +221,17 @@ def analyze(traces: TraceArg | Iterable[TraceArg], *, model: str | None = None, 
             ticks). Used when there is one analysis to run (one trace, or ``per_trace=False``).
         labels: one label per trace (default: directory names, suffixed where they repeat); a
             dataset labels its traces by their path under the dataset's root.
-        memory_limit: bytes DuckDB may hold before it spills to disk
-            (:func:`analyzers.connection.connect`); analyses that run side by side share it, and
-            run one after the other when a share would be under :data:`MIN_ANALYSIS_MEMORY`.
 
     Raises:
         BadInput: a trace is unreadable, has neither spans nor tokens, or has no requests.
         UsageError: an unknown preset, dtype or claim.
     """
+    opts = AnalysisOptions.of(options, **option_fields)
     opened = load_traces(traces)
-    specs = [c if isinstance(c, ClaimSpec) else parse_claim(c) for c in claims]
-    th = thresholds or Thresholds()
-    roof = [roofline_inputs(t.meta, model=model, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype,
-                            kv_dtype=kv_dtype) for t in opened]
+    specs = opts.claim_specs()
+    th = opts.thresholds
+    roof = [opts.roofline(t.meta) for t in opened]
+    memory_limit = opts.memory_limit
     labels = list(labels) if labels is not None else labels_for(opened)
     if len(labels) != len(opened) or len(set(labels)) != len(labels):
         raise ValueError("labels: one distinct label per trace")
@@ -292,25 +289,38 @@ def _connect(traces: list[Trace], labels: list[str], roof: list[RooflineInputs],
         return connect(traces, roofline=roof, thresholds=th, claims=specs, labels=labels,
                        memory_limit=memory_limit)
     except duckdb.Error as e:  # a trace whose values break an analyzer: say which, no traceback
-        raise BadInput(f"{', '.join(str(t.path) for t in traces)}: cannot analyse ({_line(e)})") from e
+        raise BadInput(f"{named(t.path for t in traces)}: cannot analyse ({_line(e)})") from e
 
 
 def _collect(con: duckdb.DuckDBPyConnection, traces: list[Trace], roof: list[RooflineInputs], th: Thresholds,
              label: str, lock: threading.Lock) -> Analysis:
     n = con.sql("SELECT count(*) FROM attribution_requests").fetchall()[0][0]
     if n == 0:
-        raise BadInput(f"{', '.join(str(t.path) for t in traces)}: no requests to analyse "
+        raise BadInput(f"{named(t.path for t in traces)}: no requests to analyse "
                        "(no span or token carries a request_id)")
     # a trace whose every request failed is analysed (its failures are the finding), not refused
     measurable = con.sql("SELECT e2e_requests + (SELECT gaps FROM tokens_gap_stats) "
                          "+ (SELECT count(*) FROM tokens_requests) + failed_requests "
                          "FROM summary_numbers").fetchall()[0][0]
     if not measurable:
-        raise BadInput(f"{', '.join(str(t.path) for t in traces)}: nothing to measure: no request has a "
+        raise BadInput(f"{named(t.path for t in traces)}: nothing to measure: no request has a "
                        "client.request, server.request or server-clock span, and there are no tokens")
     tables = {name: con.sql(f"SELECT * FROM {name}").to_arrow_table() for name in TABLES}
     return Analysis(label=label, paths=[str(t.path) for t in traces], tables=tables, roofline_inputs=roof,
                     thresholds=th, con=con, warnings=input_warnings(traces, roof), _lock=lock)
+
+
+#: An error about several traces names this many of their paths, then how many more.
+NAMED_PATHS = 3
+
+
+def named(paths: Iterable[object]) -> str:
+    """The traces an error is about, for its one line: every path when there are at most
+    :data:`NAMED_PATHS`, else their count and the first few (``2,000 traces (a, b, c, ...)``)."""
+    ps = [str(p) for p in paths]
+    if len(ps) <= NAMED_PATHS:
+        return ", ".join(ps)
+    return f"{len(ps):,} traces ({', '.join(ps[:NAMED_PATHS])}, ...)"
 
 
 def input_warnings(traces: Sequence[Trace], roof: Sequence[RooflineInputs]) -> list[str]:
@@ -372,4 +382,4 @@ def _line(e: BaseException) -> str:
     return " ".join(str(e).split())[:300]
 
 
-__all__ = ["FORMAT", "TABLES", "VERSION", "Analysis", "analyze", "labels_for"]
+__all__ = ["FORMAT", "TABLES", "VERSION", "Analysis", "analyze", "labels_for", "named"]

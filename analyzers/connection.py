@@ -132,7 +132,7 @@ def _open(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | None,
     if memory_limit is not None:
         config.update(memory_limit=f"{max(memory_limit // 2**20, 16)}MiB", temp_directory=spill_directory())
     con = duckdb.connect(":memory:", config=config)  # type: ignore[arg-type]
-    registered = _register(con, traces)
+    registered = _register(con, traces, labels)
     # one script, like run_all: each DuckDB call gives up the GIL and waits to take it back
     script = [
         # Analyzers order explicitly where order matters; letting DuckDB drop insertion
@@ -143,6 +143,9 @@ def _open(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | None,
     ]
     for name, spec in TABLES.items():
         cols = ", ".join(f'"{c.name}"' for c in spec.columns)
+        if stacked(traces):
+            script.append(f"CREATE VIEW {name} AS {_stacked_view(traces, name, cols)}")
+            continue
         union = " UNION ALL ".join(f"SELECT {_lit(label)} AS trace, {cols} FROM _t{i}_{name}"
                                    for i, label in enumerate(labels))
         script.append(f"CREATE VIEW {name} AS {union}")
@@ -156,9 +159,65 @@ def _open(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | None,
     return con, registered
 
 
-def _register(con: duckdb.DuckDBPyConnection, traces: Sequence[Trace]) -> set[str]:
-    """Register each trace's tables as ``_t<i>_<table>``; returns the names."""
-    return {n for i, t in enumerate(traces) for n in t.register(con, prefix=f"_t{i}_")}
+#: Above this many traces, each table of every trace is read as one relation with a ``trace`` column
+#: (:func:`_register`), not as a view per trace joined by UNION ALL: the plans of a union grow with
+#: the number of traces (a fleet of 2,000 small traces ran DuckDB out of memory planning them).
+STACK_TRACES = 16
+
+
+def stacked(traces: Sequence[Trace]) -> bool:
+    """Whether ``traces`` are registered as one relation per table (more than :data:`STACK_TRACES`)."""
+    return len(traces) > STACK_TRACES
+
+
+def _register(con: duckdb.DuckDBPyConnection, traces: Sequence[Trace], labels: Sequence[str]) -> set[str]:
+    """Register the traces' tables; returns the names.
+
+    A few traces: each trace's tables as ``_t<i>_<table>``. Many (:func:`stacked`): per table, the
+    traces' in-memory tables as one Arrow table ``_all_<table>`` (their chunks, not copied, and a
+    dictionary-encoded ``trace`` column), and their lazy Parquet files as one multi-file scan
+    (:func:`tracetool.lazy.stacked_view_sql`, files mapped to traces by ``_lazy_files``).
+    """
+    if not stacked(traces):
+        return {n for i, t in enumerate(traces) for n in t.register(con, prefix=f"_t{i}_")}
+    import numpy as np
+    import pyarrow as pa
+
+    names = set()
+    dictionary = pa.array(list(labels), pa.string())
+    for name, spec in TABLES.items():
+        schema = spec.arrow_schema
+        which, parts = [], []
+        for i, t in enumerate(traces):
+            if name in t.lazy or not t.rows(name):
+                continue
+            table = t.table(name)
+            if not table.schema.equals(schema):
+                table = table.select(schema.names).cast(schema)
+            which.append(i)
+            parts.append(table)
+        # one concatenation (the parts' buffers, not copied) and one label column for all of them
+        whole = pa.concat_tables(parts) if parts else pa.Table.from_batches([], schema)
+        index = np.repeat(np.asarray(which, np.int32), [p.num_rows for p in parts])
+        trace = pa.DictionaryArray.from_arrays(pa.array(index, pa.int32()), dictionary)
+        con.register(f"_all_{name}", whole.append_column("trace", trace))
+        names.add(f"_all_{name}")
+    lazy: list[list[object]] = [[str(f), label] for t, label in zip(traces, labels, strict=True)
+            for tab in t.lazy.values() for f in lazy_files(tab)]
+    if lazy:
+        _table(con, "_lazy_files", "file VARCHAR, trace VARCHAR", lazy)
+    return names
+
+
+def _stacked_view(traces: Sequence[Trace], name: str, cols: str) -> str:
+    """The SELECT of a stacked table's view: its in-memory part, and its lazy part if any trace has one."""
+    from tracetool.lazy import stacked_view_sql
+
+    sql = f"SELECT CAST(trace AS VARCHAR) AS trace, {cols} FROM _all_{name}"
+    lazy = [t.lazy[name] for t in traces if name in t.lazy]
+    if lazy:
+        sql += f" UNION ALL SELECT trace, {cols} FROM ({stacked_view_sql(lazy, '_lazy_files')})"
+    return sql
 
 
 def _disabled(small: bool) -> str:
@@ -254,7 +313,9 @@ class Session:
 
     def _refresh(self, con: duckdb.DuckDBPyConnection, traces: Sequence[Trace], labels: Sequence[str],
                  roof: Sequence[RooflineInputs], small: bool) -> None:
-        names = _register(con, traces)
+        if stacked(traces) and any(t.lazy for t in traces):
+            raise duckdb.InvalidInputException("stacked lazy tables: open a fresh connection")
+        names = _register(con, traces, labels)
         for gone in self._registered - names:  # a table outside the v1 set that this snapshot lacks
             con.unregister(gone)
         self._registered = names
@@ -307,14 +368,32 @@ def _param_tables(con: duckdb.DuckDBPyConnection, traces: Sequence[Trace], label
 
 def _table(con: duckdb.DuckDBPyConnection, name: str, columns: str, rows: list[list[object]]) -> None:
     """A temp table of ``rows`` (values passed as parameters): one DuckDB call."""
+    if len(rows) > PARAMETER_ROWS:
+        con.execute(f"CREATE TEMP TABLE {name} ({columns})")
+        _insert(con, name, rows)
+        return
     sql = f"CREATE TEMP TABLE {name} ({columns})"
     if rows:
         sql += "; " + _insert_sql(name, rows)
     con.execute(sql, [v for row in rows for v in row] or None)
 
 
+#: Up to this many rows a parameter table is filled by one statement of parameters; past it (a dataset of
+#: thousands of traces: 2,000 rows of 30 values took 3.8 s to bind), by one Arrow table, column by column.
+PARAMETER_ROWS = 64
+
+
 def _insert(con: duckdb.DuckDBPyConnection, name: str, rows: list[list[object]]) -> None:
-    if rows:
+    if len(rows) > PARAMETER_ROWS:
+        import pyarrow as pa
+
+        columns = pa.table({f"c{i}": pa.array(list(col)) for i, col in enumerate(zip(*rows, strict=True))})
+        con.register("_tracetool_rows", columns)
+        try:
+            con.execute(f"INSERT INTO {name} SELECT * FROM _tracetool_rows")
+        finally:
+            con.unregister("_tracetool_rows")
+    elif rows:
         con.execute(_insert_sql(name, rows), [v for row in rows for v in row])
 
 

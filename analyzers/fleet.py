@@ -14,13 +14,14 @@ group: the group's keys as fields, then the fields of a single-trace analysis).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from analyzers.analysis import MAX_PARALLEL, Analysis, analyze, check_usable, parallel_within
-from analyzers.params import ClaimSpec, Thresholds
+from analyzers.analysis import MAX_PARALLEL, Analysis, check_usable, parallel_within
+from analyzers.backend import Backend, open_backend
+from analyzers.options import AnalysisOptions
 from tracetool.dataset import (
     Dataset,
     Member,
@@ -35,6 +36,8 @@ from tracetool.reader import Trace
 
 if TYPE_CHECKING:
     from tracetool.slo import SLO
+
+_Job = TypeVar("_Job")
 
 #: Fields of a group entry besides the analysis' own; a key may not take one of these names.
 _GROUP_FIELDS = ("group", "traces", "paths")
@@ -51,7 +54,11 @@ class Group:
 
 @dataclass(eq=False)
 class DatasetAnalysis:
-    """:func:`analyze_dataset`'s result: the overall analysis, the groups, what was set aside."""
+    """:func:`analyze_dataset`'s result: the overall analysis, the groups, what was set aside.
+
+    With several traces, each trace's own analysis (``analysis.traces``) keeps its summary tables
+    (and so its JSON) but not its DuckDB connection (:meth:`Analysis.release`): query the overall
+    analysis, or analyse the trace alone."""
 
     dataset: Dataset
     analysis: Analysis
@@ -91,27 +98,21 @@ class DatasetAnalysis:
         return doc
 
 
-def analyze_dataset(paths: Sequence[str | os.PathLike[str]], *, group_by: Sequence[str] | None = None,
-                    model: str | None = None, gpu: str | None = None, gpus: int | None = None,
-                    weight_dtype: str | None = None, kv_dtype: str | None = None,
-                    claims: Sequence[str | ClaimSpec] = (), thresholds: Thresholds | None = None,
-                    memory_limit: int | None = None, engine: str = "duckdb",
-                    spark_master: str | None = None) -> DatasetAnalysis:
+def analyze_dataset(paths: Sequence[str | os.PathLike[str]], options: AnalysisOptions | None = None, *,
+                    group_by: Sequence[str] | None = None) -> DatasetAnalysis:
     """Analyse the traces under ``paths`` overall, each alone, and per group.
 
     Args:
         paths: traces, or directory trees of traces (a dataset).
+        options: the analysis options (:class:`~analyzers.options.AnalysisOptions`). Its
+            ``memory_limit`` is what the whole process may hold (None: no limit, DuckDB's
+            default): DuckDB is given what is left of it once the traces are opened, less a
+            reserve for Python (:func:`tracetool.dataset.engine_budget`), and spills to disk past
+            that. Parquet tables are read lazily, by DuckDB's own reader (:mod:`tracetool.lazy`),
+            so the analysis runs in bounded memory whatever the dataset's size. Its ``engine``
+            (:mod:`analyzers.backend`) is ``duckdb``, or ``spark``: the overall analysis and each
+            group's run on Spark SQL, and ``traces`` lists the traces without analysing each alone.
         group_by: key names to group by (default: the outermost key, if the folders give any).
-        model, gpu, gpus, weight_dtype, kv_dtype, claims, thresholds: as :func:`analyzers.analyze`.
-        memory_limit: bytes the whole process may hold (None: no limit, DuckDB's default). DuckDB
-            is given what is left of it once the traces are opened, less a reserve for Python
-            (:func:`tracetool.dataset.engine_budget`), and spills to disk past that. Parquet tables
-            are read lazily, by DuckDB's own reader (:mod:`tracetool.lazy`), so the analysis runs
-            in bounded memory whatever the dataset's size.
-        engine: ``duckdb``, or ``spark`` (:mod:`analyzers.spark_engine`: the overall analysis and
-            each group's run on Spark SQL; ``traces`` then lists the traces without analysing
-            each alone).
-        spark_master: the Spark master URL (default ``local[*]``).
 
     Raises:
         BadInput: no readable trace; mixed trace versions; an explicitly named trace unreadable.
@@ -121,18 +122,13 @@ def analyze_dataset(paths: Sequence[str | os.PathLike[str]], *, group_by: Sequen
     keys = group_keys(ds, group_by)
     _check_keys(keys)
     opened = open_members(ds, lazy=True)
-    return _analyze_opened(ds, keys, opened.traces, opened.bad, model=model, gpu=gpu, gpus=gpus,
-                           weight_dtype=weight_dtype, kv_dtype=kv_dtype, claims=claims, thresholds=thresholds,
-                           memory_limit=memory_limit, engine=engine, spark_master=spark_master)
+    return _analyze_opened(ds, keys, opened.traces, opened.bad, options or AnalysisOptions())
 
 
-def analyze_keyed(traces: Sequence[tuple[Member, Trace]], *, bad: Sequence[tuple[Member, str]] = (),
-                  group_by: Sequence[str] | None = None, model: str | None = None, gpu: str | None = None,
-                  gpus: int | None = None, weight_dtype: str | None = None, kv_dtype: str | None = None,
-                  claims: Sequence[str | ClaimSpec] = (), thresholds: Thresholds | None = None,
-                  memory_limit: int | None = None) -> DatasetAnalysis:
+def analyze_keyed(traces: Sequence[tuple[Member, Trace]], options: AnalysisOptions | None = None, *,
+                  bad: Sequence[tuple[Member, str]] = (), group_by: Sequence[str] | None = None) -> DatasetAnalysis:
     """Traces already opened, each with its :class:`Member` (label and keys), analysed exactly as
-    :func:`analyze_dataset` analyses a dataset: overall, each alone, and per group.
+    :func:`analyze_dataset` analyses a dataset: overall, each alone, and per group (on DuckDB).
 
     A live fleet (``tracetool attach ADDR... --json --duration S``) is such a set: one window per
     server, keyed ``server``, so its document has the shape of ``analyze --json`` on a dataset
@@ -144,8 +140,7 @@ def analyze_keyed(traces: Sequence[tuple[Member, Trace]], *, bad: Sequence[tuple
         UsageError: an unknown ``group_by`` key, or a key named like a group field.
     """
     if not traces:
-        why = "; ".join(f"{m.label}: {r}" for m, r in bad) or "none given"
-        raise BadInput(f"nothing to analyse ({why})")
+        raise BadInput(f"nothing to analyse ({_reasons(bad) or 'none given'})")
     members = [m for m, _ in traces]
     names: list[str] = []
     for m in [*members, *(m for m, _ in bad)]:
@@ -153,9 +148,7 @@ def analyze_keyed(traces: Sequence[tuple[Member, Trace]], *, bad: Sequence[tuple
     ds = Dataset([*members, *(m for m, _ in bad)], names, is_tree=True)
     keys = group_keys(ds, group_by)
     _check_keys(keys)
-    return _analyze_opened(ds, keys, list(traces), list(bad), model=model, gpu=gpu, gpus=gpus,
-                           weight_dtype=weight_dtype, kv_dtype=kv_dtype, claims=claims, thresholds=thresholds,
-                           memory_limit=memory_limit)
+    return _analyze_opened(ds, keys, list(traces), list(bad), options or AnalysisOptions())
 
 
 def _check_keys(keys: Sequence[str]) -> None:
@@ -164,15 +157,23 @@ def _check_keys(keys: Sequence[str]) -> None:
             raise UsageError(f"--group-by {k}: the name of a field of every group entry; rename the folders")
 
 
+#: An error about many traces names this many of them, then how many more.
+NAMED_IN_ERRORS = 3
+
+
+def _reasons(bad: Sequence[tuple[Member, str]]) -> str:
+    """``label: reason`` of the first :data:`NAMED_IN_ERRORS` members set aside, then the count of the rest."""
+    said = "; ".join(f"{m.label}: {r}" for m, r in bad[:NAMED_IN_ERRORS])
+    return said + (f"; and {len(bad) - NAMED_IN_ERRORS} more" if len(bad) > NAMED_IN_ERRORS else "")
+
+
 def _analyze_opened(ds: Dataset, keys: list[str], opened: list[tuple[Member, Trace]], bad: list[tuple[Member, str]],
-                    *, model: str | None, gpu: str | None, gpus: int | None, weight_dtype: str | None,
-                    kv_dtype: str | None, claims: Sequence[str | ClaimSpec], thresholds: Thresholds | None,
-                    memory_limit: int | None, engine: str = "duckdb",
-                    spark_master: str | None = None) -> DatasetAnalysis:
+                    options: AnalysisOptions) -> DatasetAnalysis:
     """The overall, per-trace and per-group analyses of opened traces (both entry points above).
 
     In a tree, a trace with no request to analyse (an empty recording: a server that was not
-    reachable) is set aside like an unreadable one, with its reason.
+    reachable) is set aside like an unreadable one, with its reason. The engine is opened once
+    (:func:`analyzers.backend.open_backend`) and runs every analysis.
     """
     if ds.is_tree:
         usable = []
@@ -185,25 +186,27 @@ def _analyze_opened(ds: Dataset, keys: list[str], opened: list[tuple[Member, Tra
         if not usable:
             raise BadInput(bad[0][1] if len(bad) == 1 else f"no trace to analyse among {len(bad)}: {bad[0][1]}")
         opened = usable
+    else:
+        for _, t in opened:
+            check_usable(t)
     members = [m for m, _ in opened]
     traces = [t for _, t in opened]
+    memory_limit = options.memory_limit
     if memory_limit is not None:  # what DuckDB may hold, the traces being open: the rest is Python's
         memory_limit = engine_budget(memory_limit)
     labels = _labels(members)
     members = [Member(m.path, lab, m.keys) for m, lab in zip(members, labels, strict=True)]
-    common: dict[str, Any] = {"model": model, "gpu": gpu, "gpus": gpus, "weight_dtype": weight_dtype,
-                              "kv_dtype": kv_dtype, "claims": claims, "thresholds": thresholds}
-    if engine == "spark":
-        return _on_spark(ds, keys, members, bad, traces, labels, spark_master, common)
-    if engine != "duckdb":
-        raise UsageError(f"--engine {engine}: unknown (duckdb or spark)")
-    overall = analyze(traces, labels=labels, memory_limit=memory_limit, **common)
+    backend = open_backend(options)
+    overall = backend.run(traces, labels, labels[0] if len(traces) == 1 else "all", memory_limit=memory_limit)
+    overall.traces = [overall] if len(traces) == 1 else []
+    if backend.per_trace and len(traces) > 1:
+        overall.traces = _each_alone(backend, traces, labels, memory_limit)
     by_label = {t.label: t for t in overall.traces}
     index = {m.label: i for i, m in enumerate(members)}
-    out = DatasetAnalysis(ds, overall, keys, members=members, bad=bad)
+    out = DatasetAnalysis(ds, overall, keys, members=members, bad=bad, engine=backend.name)
     todo: list[tuple[dict[str, str | None], list[Member]]] = []
     for vals, ms in (groups(members, keys) if keys else []):
-        if len(ms) == 1:
+        if len(ms) == 1 and ms[0].label in by_label:
             out.groups.append(Group(vals, ms, by_label[ms[0].label]))
         elif len(ms) == len(members):
             out.groups.append(Group(vals, ms, overall))
@@ -211,44 +214,41 @@ def _analyze_opened(ds: Dataset, keys: list[str], opened: list[tuple[Member, Tra
             out.groups.append(Group(vals, ms, overall))  # placeholder, replaced below
             todo.append((vals, ms))
     if todo:
-        def run(job: tuple[dict[str, str | None], list[Member]]) -> Analysis:
+        def run(job: tuple[dict[str, str | None], list[Member]], share: int | None) -> Analysis:
             ms = job[1]
-            return analyze([traces[index[m.label]] for m in ms], labels=[m.label for m in ms],
-                           per_trace=False, memory_limit=share, **common)
+            return backend.run([traces[index[m.label]] for m in ms], [m.label for m in ms], "all",
+                               memory_limit=share)
 
-        workers = min(len(todo), MAX_PARALLEL, parallel_within(memory_limit))
-        share = None if memory_limit is None else memory_limit // workers
-        with ThreadPoolExecutor(max_workers=workers,
-                                thread_name_prefix="tracetool-groups") as ex:
-            done = dict(zip((id(j[1]) for j in todo), ex.map(run, todo), strict=True))
+        done = dict(zip((id(j[1]) for j in todo), _side_by_side(run, todo, memory_limit, backend), strict=True))
         for g in out.groups:
             if id(g.members) in done:
                 g.analysis = done[id(g.members)]
     return out
 
 
-def _on_spark(ds: Dataset, keys: list[str], members: list[Member], bad: list[tuple[Member, str]],
-              traces: list[Any], labels: list[str], master: str | None, common: dict[str, Any]) -> DatasetAnalysis:
-    from analyzers import spark_engine
-    from analyzers.params import parse_claim, roofline_inputs
+def _each_alone(backend: Backend, traces: list[Trace], labels: list[str], memory_limit: int | None) -> list[Analysis]:
+    """Each trace's own analysis. Only their tables are kept: the connection of each is closed once
+    they are collected, so a dataset of thousands of traces does not hold thousands of databases."""
+    def run(i: int, share: int | None) -> Analysis:
+        a = backend.run([traces[i]], [labels[i]], labels[i], memory_limit=share)
+        a.traces = [a]
+        a.release()
+        return a
 
-    spark = spark_engine.session(master)
-    specs = [c if isinstance(c, ClaimSpec) else parse_claim(c) for c in common["claims"]]
-    th = common["thresholds"] or Thresholds()
-    roof = [roofline_inputs(t.meta, model=common["model"], gpu=common["gpu"], gpus=common["gpus"],
-                            weight_dtype=common["weight_dtype"], kv_dtype=common["kv_dtype"]) for t in traces]
-    index = {m.label: i for i, m in enumerate(members)}
+    return _side_by_side(run, list(range(len(traces))), memory_limit, backend)
 
-    def run(ms: list[Member], label: str) -> Analysis:
-        idx = [index[m.label] for m in ms]
-        return spark_engine.run(spark, [traces[i] for i in idx], [labels[i] for i in idx], [roof[i] for i in idx],
-                                th, specs, label)
 
-    overall = run(members, labels[0] if len(members) == 1 else "all")
-    out = DatasetAnalysis(ds, overall, keys, members=members, bad=bad, engine="spark")
-    for vals, ms in (groups(members, keys) if keys else []):
-        out.groups.append(Group(vals, ms, overall if len(ms) == len(members) else run(ms, "group")))
-    return out
+def _side_by_side(fn: Callable[[_Job, int | None], Analysis], jobs: list[_Job], memory_limit: int | None,
+                  backend: Backend) -> list[Analysis]:
+    """``fn(job, memory share)`` for every job, in order: DuckDB's on a few threads (its connections
+    release the GIL while they plan and run), sharing ``memory_limit``; Spark's one at a time (the
+    cluster runs each in parallel)."""
+    workers = min(len(jobs), MAX_PARALLEL, parallel_within(memory_limit)) if backend.per_trace else 1
+    share = None if memory_limit is None else memory_limit // workers
+    if workers == 1:
+        return [fn(j, share) for j in jobs]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tracetool-dataset") as ex:
+        return list(ex.map(lambda j: fn(j, share), jobs))
 
 
 def _labels(members: Sequence[Member]) -> list[str]:

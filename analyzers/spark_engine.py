@@ -23,7 +23,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from analyzers.analysis import TABLES, Analysis, input_warnings
+from analyzers.analysis import TABLES, Analysis, input_warnings, named
 from analyzers.connection import _hardware_rows, _traces_rows
 from analyzers.modules import all_modules
 from analyzers.params import ClaimSpec, RooflineInputs, Thresholds
@@ -158,9 +158,9 @@ def run(spark: Any, traces: Sequence[Trace], labels: Sequence[str], roof: Sequen
         if isinstance(e, (BadInput, UsageError)):
             raise
         first = " ".join(str(e).split())[:300]
-        raise BadInput(f"{', '.join(str(t.path) for t in traces)}: Spark cannot analyse ({first}; at {step!r})") from e
+        raise BadInput(f"{named(t.path for t in traces)}: Spark cannot analyse ({first}; at {step!r})") from e
     if tables["attribution_requests"].num_rows == 0:
-        raise BadInput(f"{', '.join(str(t.path) for t in traces)}: no requests to analyse")
+        raise BadInput(f"{named(t.path for t in traces)}: no requests to analyse")
     con = duckdb.connect(":memory:")  # holds the summary tables for Analysis.query
     for name, table in tables.items():
         con.register(name, table)

@@ -21,7 +21,7 @@ def test_the_results_page_is_what_the_result_files_render() -> None:
     r = _renderer()
     page = (REPO / "benchmarks" / "RESULTS.md").read_text()
     assert page == r.render(r.load()), "run python benchmarks/render_results.py after a benchmark"
-    assert len(page.splitlines()) <= 150
+    assert len(page.splitlines()) <= 170  # issue 38 asks for a row per trace shape
 
 
 def test_every_figure_carries_what_the_page_shows() -> None:

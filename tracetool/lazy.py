@@ -97,6 +97,21 @@ def view_sql(dataset: Any) -> str:
     return f"SELECT {', '.join(cols)} FROM read_parquet([{files}], union_by_name = true)"
 
 
+def stacked_view_sql(datasets: Sequence[Any], files_table: str) -> str:
+    """A SELECT that reads the files of many lazy tables (one per trace) in one multi-file scan, in
+    the canonical schema, with a ``trace`` column taken from ``files_table`` (``file``, ``trace``):
+    one scan however many traces there are, where a view per trace grows the plans with their
+    number. Columns no file has are typed NULLs; a file lacking a column gives NULLs there."""
+    present = {n for d in datasets for frag in d.get_fragments() for n in frag.physical_schema.names}
+    cols = []
+    for f in datasets[0].schema:
+        q = '"' + f.name.replace('"', '""') + '"'
+        cols.append(f"p.{q}" if f.name in present else f"CAST(NULL AS {_DUCK_TYPES.get(f.type, 'VARCHAR')}) AS {q}")
+    paths = ", ".join("'" + p.replace("'", "''") + "'" for d in datasets for p in d.files)
+    return (f"SELECT m.trace, {', '.join(cols)} FROM read_parquet([{paths}], union_by_name = true, "
+            f"filename = '_tracetool_file') p JOIN {files_table} m ON p._tracetool_file = m.file")
+
+
 def files(dataset: Any) -> list[str]:
     """The files a lazy table reads."""
     return list(dataset.files)
@@ -107,4 +122,4 @@ def rows(dataset: Any) -> int:
     return int(dataset.count_rows())
 
 
-__all__ = ["lazy_parquet", "rows"]
+__all__ = ["lazy_parquet", "rows", "stacked_view_sql", "view_sql"]

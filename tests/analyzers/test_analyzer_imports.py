@@ -18,10 +18,17 @@ def _loaded(code: str) -> set[str]:
 
 
 def test_import_analyzers_is_light() -> None:
-    loaded = _loaded("import analyzers")
+    loaded = _loaded("from analyzers import analyze")
     assert not loaded & FORBIDDEN, sorted(loaded & FORBIDDEN)
     assert "duckdb" in loaded
     assert "pandas" not in loaded, "pandas is the benchmark's baseline, not a dependency"
+
+
+def test_the_options_load_no_engine() -> None:
+    """The CLI builds the analysis options while it parses its arguments, and the TUI's headless model
+    holds them: neither may pay for DuckDB there."""
+    loaded = _loaded("import analyzers\nfrom analyzers.options import AnalysisOptions\nAnalysisOptions(model='x')")
+    assert not loaded & (FORBIDDEN | {"duckdb"}), sorted(loaded & (FORBIDDEN | {"duckdb"}))
 
 
 def test_running_an_analysis_stays_light(toy: Path) -> None:

@@ -296,8 +296,9 @@ def test_a_local_directory_without_weights_is_not_completed_from_the_hub(cli: An
 # -- the SQL console ---------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def console_view() -> Any:
+    from analyzers.options import AnalysisOptions
     from tracetool.trace_source import DirectorySource
-    from tracetool.tui.model import AnalysisOptions, analyse
+    from tracetool.tui.model import analyse
 
     return analyse(DirectorySource((REPO / "sample_traces" / "chat",)), AnalysisOptions(), generation=1).view(None)
 

@@ -58,8 +58,9 @@ def snap() -> Callable[..., Any]:
     Analysing even a tiny trace costs the analyzers' fixed ~1 s of SQL setup on this
     machine; a snapshot is read-only, so tests share it.
     """
+    from analyzers.options import AnalysisOptions
     from tracetool.trace_source import DirectorySource
-    from tracetool.tui.model import AnalysisOptions, analyse
+    from tracetool.tui.model import analyse
 
     cache: dict[Any, Any] = {}
 

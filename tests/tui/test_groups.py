@@ -16,12 +16,13 @@ from textual.widgets import OptionList, Static
 from tui_helpers import screen_text, settle, text_of
 from tui_traces import bad_trace, two_servers
 
+from analyzers.options import AnalysisOptions
 from tests.conftest import run_tracetool
 from tracetool.errors import BadInput, UsageError
 from tracetool.reader import Trace
 from tracetool.trace_source import DirectorySource, GroupedSource, SourceDefaults
 from tracetool.tui.app import TraceApp
-from tracetool.tui.model import ALL, AnalysisOptions, View, analyse
+from tracetool.tui.model import ALL, View, analyse
 from tracetool.tui.screens.groups import GroupScreen
 from tracetool.tui.screens.overview import OverviewScreen
 

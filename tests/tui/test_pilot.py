@@ -16,12 +16,13 @@ from textual.widgets import DataTable, Input, OptionList, Static
 from tui_helpers import screen_text, settle, text_of
 from tui_traces import empty_trace
 
+from analyzers.options import AnalysisOptions
 from tests.waiting import wait_until_async
 from tracetool.errors import BadInput
 from tracetool.reader import Trace
 from tracetool.trace_source import DirectorySource, SourceDefaults
 from tracetool.tui.app import TraceApp
-from tracetool.tui.model import AnalysisOptions, analyse
+from tracetool.tui.model import analyse
 from tracetool.tui.screens.decode import DecodeScreen
 from tracetool.tui.screens.help import HelpScreen
 from tracetool.tui.screens.hypothesis import HypothesisScreen

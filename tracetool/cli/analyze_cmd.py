@@ -8,13 +8,12 @@ or :func:`analyzers.estimate`, and print either the documented JSON
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from tracetool import units
 from tracetool.cli.common import (
-    Roofline,
     emit_json,
     fmt_pct,
     html_option,
@@ -27,6 +26,9 @@ from tracetool.cli.common import (
 from tracetool.errors import EXIT_THRESHOLD
 from tracetool.glyphs import NOT_MEASURED
 from tracetool.untrusted import echo, shown
+
+if TYPE_CHECKING:
+    from analyzers.options import AnalysisOptions
 
 _SEVERITY_MARK = {"warning": "!", "info": "·"}
 _VERDICT_MARK = {"supported": "✓", "contributing": "~", "misdiagnosis": "✗", "unmeasured": "?"}
@@ -59,7 +61,7 @@ _VERDICT_MARK = {"supported": "✓", "contributing": "~", "misdiagnosis": "✗",
                    "docs/fleet.md).")
 @click.option("--spark-master", metavar="URL", help="Spark master URL for --engine spark (default local[*]).")
 @html_option
-def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], roofline: Roofline,
+def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], analysis: AnalysisOptions,
             thresholds: tuple[str, ...], slo: str | None, group_by: str | None, strict: bool,
             memory_limit: str | None, engine: str, spark_master: str | None, html_file: Path | None) -> int:
     """Attribute each request's latency and say which story about it is wrong.
@@ -82,6 +84,7 @@ def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], ro
     """
     import analyzers
     from analyzers.fleet import analyze_dataset
+    from analyzers.options import AnalysisOptions
     from tracetool.dataset import DEFAULT_MEMORY_FRACTION, parse_memory, physical_memory
     from tracetool.slo import parse_slo
 
@@ -95,8 +98,9 @@ def analyze(traces: tuple[Path, ...], as_json: bool, claims: tuple[str, ...], ro
     keys = None if group_by is None else [k.strip() for k in group_by.split(",") if k.strip()]
     limit = (parse_memory(memory_limit) if memory_limit is not None
              else int(physical_memory() * DEFAULT_MEMORY_FRACTION))
-    a = analyze_dataset(list(traces), group_by=keys, claims=list(claims), thresholds=th, memory_limit=limit,
-                        engine=engine, spark_master=spark_master, **roofline.kwargs())
+    options = AnalysisOptions.of(analysis, claims=claims, thresholds=th, memory_limit=limit, engine=engine,
+                                 spark_master=spark_master)
+    a = analyze_dataset(list(traces), options, group_by=keys)
     doc = a.to_json()
     if spec is not None:
         doc["slo"] = a.slo(spec)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from tracetool.cli.common import Roofline, emit_json, json_option, roofline_options, warn
+from tracetool.cli.common import emit_json, json_option, roofline_options, warn
 from tracetool.cli.metrics_options import metrics_options
 from tracetool.errors import EXIT_INTERRUPTED, BadInput, UsageError
 from tracetool.live.config import LIVE_FLUSH_S
@@ -26,6 +26,7 @@ from tracetool.live.priority import OBSERVER_NICE, observer_priority
 from tracetool.live.protocol import TOKEN_ENV, Address, parse_address
 
 if TYPE_CHECKING:
+    from analyzers.options import AnalysisOptions
     from tracetool.live.client import ClientOptions
     from tracetool.live.config import LiveConfig
     from tracetool.live.window import WindowSpec
@@ -104,7 +105,7 @@ def live_config(live: str | None, token: str | None, tls_cert: Path | None,
 @json_option
 def attach(addresses: tuple[str, ...], token: str | None, tls: bool, tls_root: Path | None, window_s: float,
            window_requests: int | None, refresh_s: float, no_history: bool, record_dir: Path | None,
-           duration: float | None, force: bool, roofline: Roofline, theme: str, nice: int,
+           duration: float | None, force: bool, analysis: AnalysisOptions, theme: str, nice: int,
            connect_timeout: float, as_json: bool, metrics_url: str | None = None,
            metrics_interval: float = 1.0) -> int:
     """Watch running servers live, or record their stream (ADDR is the HOST:PORT given to --live).
@@ -170,15 +171,14 @@ def attach(addresses: tuple[str, ...], token: str | None, tls: bool, tls_root: P
             return _record(addrs, record_dir, duration, options, force, as_json, metrics)
         spec = WindowSpec(seconds=window_s or None, requests=window_requests)
         if duration is not None:
-            return _fleet_json(addrs, duration, options, spec, roofline, connect_timeout)
-        return _watch(addrs, options, spec, refresh_s, roofline, theme, connect_timeout)
+            return _fleet_json(addrs, duration, options, spec, analysis, connect_timeout)
+        return _watch(addrs, options, spec, refresh_s, analysis, theme, connect_timeout)
 
 
 def _watch(addrs: list[Address], options: ClientOptions, spec: WindowSpec, refresh_s: float,
-           roofline: Roofline, theme: str, connect_timeout: float) -> int:
+           analysis: AnalysisOptions, theme: str, connect_timeout: float) -> int:
     from tracetool.live.source import LiveSource
     from tracetool.tui import launch
-    from tracetool.tui.model import AnalysisOptions
 
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
         raise UsageError("tracetool attach needs an interactive terminal (stdin and stderr must be a TTY); "
@@ -189,11 +189,11 @@ def _watch(addrs: list[Address], options: ClientOptions, spec: WindowSpec, refre
     except BaseException:
         source.close()
         raise
-    return launch(source, AnalysisOptions(**roofline.kwargs()), theme=theme)
+    return launch(source, analysis, theme=theme)
 
 
 def _fleet_json(addrs: list[Address], duration: float, options: ClientOptions, spec: WindowSpec,
-                roofline: Roofline, connect_timeout: float) -> int:
+                analysis: AnalysisOptions, connect_timeout: float) -> int:
     """Watch for ``duration`` seconds, then print one analysis of every server's window: the document
     of ``analyze --json`` on a dataset keyed ``server`` (what ``--record DIR`` saves)."""
     from analyzers.fleet import analyze_keyed
@@ -211,12 +211,12 @@ def _fleet_json(addrs: list[Address], duration: float, options: ClientOptions, s
         else:
             bad.append((member, s.why_empty))
     if not good:
-        why = "; ".join(f"{m.path}: {r}" for m, r in bad)
+        why = "; ".join(f"{m.path}: {r}" for m, r in bad[:3]) + (f"; and {len(bad) - 3} more" if len(bad) > 3 else "")
         if result.interrupted:
             warn(f"interrupted before any server gave a request to analyse ({why})")
             return EXIT_INTERRUPTED
         raise BadInput(f"nothing to analyse: {why}")
-    doc = analyze_keyed(good, bad=bad, **roofline.kwargs()).to_json()
+    doc = analyze_keyed(good, analysis, bad=bad).to_json()
     for w in doc["warnings"]:
         warn(w)
     emit_json(doc)

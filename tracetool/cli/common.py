@@ -9,7 +9,6 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -48,22 +47,6 @@ def said_page(written: Any) -> None:
     warn(f"wrote {written.page} ({written.bytes / 1e6:.2f} MB{images})")
 
 
-@dataclass(frozen=True)
-class Roofline:
-    """What ``--model``, ``--gpu``, ``--gpus``, ``--weight-dtype`` and ``--kv-dtype`` say: the
-    model and hardware the decode roofline is computed for (None: meta.json's)."""
-
-    model: str | None = None
-    gpu: str | None = None
-    gpus: int | None = None
-    weight_dtype: str | None = None
-    kv_dtype: str | None = None
-
-    def kwargs(self) -> dict[str, Any]:
-        """As keyword arguments of :func:`analyzers.analyze`."""
-        return asdict(self)
-
-
 def _check_preset(kind: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
     """A callback that refuses an unknown preset or dtype while the options are parsed (exit 2),
     before any trace is read or anything drawn."""
@@ -83,12 +66,16 @@ _ROOFLINE_FIELDS = ("model", "gpu", "gpus", "weight_dtype", "kv_dtype")
 
 def roofline_options(fn: F) -> F:
     """The roofline options every analysing command shares (``analyze``, ``tui``, ``attach``,
-    ``report``); the command gets them as one ``roofline: Roofline`` argument."""
+    ``report``); the command gets them in one ``analysis:``
+    :class:`~analyzers.options.AnalysisOptions` argument, to which it adds its other analysis
+    options (claims, thresholds, memory, engine)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        roofline = Roofline(**{k: kwargs.pop(k) for k in _ROOFLINE_FIELDS})
-        return fn(*args, roofline=roofline, **kwargs)
+        from analyzers.options import AnalysisOptions
+
+        analysis = AnalysisOptions(**{k: kwargs.pop(k) for k in _ROOFLINE_FIELDS})
+        return fn(*args, analysis=analysis, **kwargs)
 
     opts = [
         click.option("--model", callback=_check_preset("model"),

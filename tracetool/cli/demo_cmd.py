@@ -67,9 +67,9 @@ def demo(output: Path | None, force: bool, no_tui: bool, n: int, concurrency: in
         emit_json(analyze_dataset([run.out]).to_json())  # analyze --json's document, as analyze builds it
         return 0
     if not no_tui and sys.stdout.isatty() and sys.stdin.isatty() and sys.stderr.isatty():
+        from analyzers.options import AnalysisOptions
         from tracetool.trace_source import DirectorySource
         from tracetool.tui import launch
-        from tracetool.tui.model import AnalysisOptions
 
         source = DirectorySource([run.out])
         source.open()

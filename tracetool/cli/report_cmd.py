@@ -8,13 +8,16 @@ and print the failing lines on stderr (exit 1 when a check failed).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracetool.cli.common import Roofline, html_option, need_html, roofline_options, said_page, warn
+from tracetool.cli.common import html_option, need_html, roofline_options, said_page, warn
 from tracetool.errors import EXIT_OK, EXIT_THRESHOLD, BadInput
 from tracetool.untrusted import echo
+
+if TYPE_CHECKING:
+    from analyzers.options import AnalysisOptions
 
 
 @click.command()
@@ -45,7 +48,7 @@ from tracetool.untrusted import echo
                    "artifact:// on Buildkite): the Markdown's links and images point there (default: paths "
                    "relative to -o, or to the current directory).")
 def report(trace: Path, baseline: Path | None, budget_file: Path | None, fmt: str, output: Path | None,
-           tolerance_pct: float | None, roofline: Roofline, claims: tuple[str, ...], slo: str | None,
+           tolerance_pct: float | None, analysis: AnalysisOptions, claims: tuple[str, ...], slo: str | None,
            html_file: Path | None, html_url: str | None) -> int:
     """Latency report and CI gate for TRACE: percentiles, breakdown, findings, checks.
 
@@ -68,6 +71,7 @@ def report(trace: Path, baseline: Path | None, budget_file: Path | None, fmt: st
     without matplotlib), 3 bad input (not a trace, no requests, a bad budget
     file).
     """
+    from analyzers.options import AnalysisOptions
     from tracetool.report import analyse, build_report, load_budget, render
     from tracetool.report.budget import Budget
     from tracetool.slo import parse_slo
@@ -81,8 +85,8 @@ def report(trace: Path, baseline: Path | None, budget_file: Path | None, fmt: st
     budget = load_budget(budget_file) if budget_file is not None else Budget()
     budget.require_baseline(baseline is not None)  # a usage error before minutes of analysis
     spec = spec or parse_slo(budget.slo)
-    run = analyse(trace, claims=claims, slo=spec, **roofline.kwargs())
-    base = analyse(baseline, role="baseline", **roofline.kwargs()) if baseline is not None else None
+    run = analyse(trace, AnalysisOptions.of(analysis, claims=claims), slo=spec)
+    base = analyse(baseline, analysis, role="baseline") if baseline is not None else None
     for w in run.warnings:
         warn(w)
     for w in base.warnings if base else []:

@@ -16,12 +16,15 @@ import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracetool.cli.common import Roofline, roofline_options, warn
+from tracetool.cli.common import roofline_options, warn
 from tracetool.errors import UsageError
+
+if TYPE_CHECKING:
+    from analyzers.options import AnalysisOptions
 
 
 @click.command()
@@ -33,7 +36,7 @@ from tracetool.errors import UsageError
               help="Dataset keys (key=value folder names) whose groups g picks from; default: the outermost key.")
 @click.option("--timings", type=click.Path(path_type=Path), hidden=True,
               help="Write start-up phase times as JSON at first paint (benchmarks/bench_tui.py).")
-def tui(traces: tuple[Path, ...], roofline: Roofline, theme: str, group_by: str | None,
+def tui(traces: tuple[Path, ...], analysis: AnalysisOptions, theme: str, group_by: str | None,
         timings: Path | None) -> int:
     """Browse where the time went in TRACES, and which story about it is wrong.
 
@@ -54,7 +57,7 @@ def tui(traces: tuple[Path, ...], roofline: Roofline, theme: str, group_by: str 
     marks: dict[str, float] = {"cli": time.time()}
     from tracetool.trace_source import DirectorySource
     from tracetool.tui import launch
-    from tracetool.tui.model import AnalysisOptions, analyse
+    from tracetool.tui.model import ALL, analyse
 
     keys = None if group_by is None else [k.strip() for k in group_by.split(",") if k.strip()]
     source = DirectorySource(traces, group_by=keys)
@@ -65,7 +68,7 @@ def tui(traces: tuple[Path, ...], roofline: Roofline, theme: str, group_by: str 
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
         raise UsageError("tracetool tui needs an interactive terminal (stdin and stderr must be a TTY); "
                          "use tracetool analyze for text or --json")
-    options = AnalysisOptions(**roofline.kwargs())
+    options = analysis
     # Imports hold the GIL: import the analyzers here, so that the thread below runs DuckDB
     # (which releases it) while this thread imports textual, instead of two imports taking turns.
     import analyzers  # noqa: F401
@@ -75,7 +78,9 @@ def tui(traces: tuple[Path, ...], roofline: Roofline, theme: str, group_by: str 
 
     def run() -> None:
         try:
-            first.set_result(analyse(source, options, generation=1))
+            # several traces: the first paint waits for their analysis together only; the app then
+            # analyses each alone in the background (a 50-trace dataset: one analysis, not 51)
+            first.set_result(analyse(source, options, generation=1, only=ALL))
         except BaseException as e:  # handed to the app, then re-raised here
             first.set_exception(e)
         marks["analyzed"] = time.time()

@@ -10,7 +10,7 @@ it loads numpy, not DuckDB; :func:`analyse` imports the analyzers when called.
 
 Public API::
 
-    run = analyse("trace-dir", model=None, gpu=None, claims=())       # -> Run
+    run = analyse("trace-dir", AnalysisOptions(claims=("network",)))  # -> Run
     base = analyse("baseline-dir", role="baseline")
     report = build_report(run, base, load_budget("budget.toml"))       # -> Report
     doc = report.to_json()               # {"format": "tracetool-report", "version": 1, ...}

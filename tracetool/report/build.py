@@ -10,10 +10,9 @@ versioned JSON document every renderer reads (docs/ci-reports.md).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +25,9 @@ from tracetool.report.gate import GateResult, Side, evaluate
 from tracetool.report.stats import Sample
 from tracetool.schema import shown_components
 from tracetool.slo import SLO
+
+if TYPE_CHECKING:
+    from analyzers.options import AnalysisOptions
 
 FORMAT = "tracetool-report"
 VERSION = 1
@@ -62,10 +64,10 @@ class Run:
                     slo=self.doc.get("slo"), tail=self.doc.get("tail"))
 
 
-def analyse(path: str | os.PathLike[str], *, role: str = "trace", model: str | None = None,
-            gpu: str | None = None, gpus: int | None = None, weight_dtype: str | None = None,
-            kv_dtype: str | None = None, claims: Sequence[str] = (), slo: SLO | None = None) -> Run:
-    """Analyse one trace, or a dataset (a directory tree of traces), for the report.
+def analyse(path: str | os.PathLike[str], options: AnalysisOptions | None = None, *, role: str = "trace",
+            slo: SLO | None = None, **option_fields: Any) -> Run:
+    """Analyse one trace, or a dataset (a directory tree of traces), for the report, with ``options``
+    (or its fields as keywords, :func:`analyzers.analyze`).
 
     Raises:
         BadInput: not a trace, or nothing to report (no request, or every request failed); the
@@ -82,8 +84,7 @@ def analyse(path: str | os.PathLike[str], *, role: str = "trace", model: str | N
         opened = open_members(ds)
         traces = opened.trace_list()
         labels = [m.label for m, _ in opened.traces] if ds.is_tree else None
-        a = analyzers.analyze(traces, model=model, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype,
-                              kv_dtype=kv_dtype, claims=list(claims), labels=labels)
+        a = analyzers.analyze(traces, options, labels=labels, **option_fields)
     except TracetoolError as e:
         if not prefix:
             raise

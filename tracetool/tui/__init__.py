@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from analyzers.options import AnalysisOptions
     from tracetool.trace_source import TraceSource
-    from tracetool.tui.model import AnalysisOptions
 
 
 def launch(source: TraceSource, options: AnalysisOptions, *, theme: str = "dark",

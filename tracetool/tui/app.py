@@ -37,10 +37,11 @@ from textual.message import Message
 from textual.reactive import var
 from textual.worker import get_current_worker
 
+from analyzers.options import AnalysisOptions
 from tracetool.errors import TracetoolError
 from tracetool.trace_source import GroupedSource, TraceSource
 from tracetool.tui import fmt
-from tracetool.tui.model import ALL, AnalysisOptions, Sessions, Snapshot, View, analyse
+from tracetool.tui.model import ALL, Sessions, Snapshot, View, analyse
 from tracetool.tui.screens.decode import DecodeScreen
 from tracetool.tui.screens.groups import GroupRow, GroupScreen
 from tracetool.tui.screens.help import HelpScreen
@@ -215,7 +216,8 @@ class TraceApp(App[int]):
             if reload:
                 self.source.reload()
             only = (self.selected or ALL) if self.source.live else None
-            snap = analyse(self.source, self.options, generation, only=only, sessions=self._sessions, group=group)
+            snap = analyse(self.source, self.options, generation, only=only, sessions=self._sessions, group=group,
+                           behind=self.snapshot is not None, cancelled=lambda: worker.is_cancelled)
         except TracetoolError as e:
             self.post_message(self.AnalysisFailed(str(e), _status(self.source), e))
             return
@@ -245,6 +247,8 @@ class TraceApp(App[int]):
                 self.selected = None
             self.snapshot = message.snapshot
             self._remember(message.snapshot)
+            if not self.source.live and len(self.snapshot.views) < len(self.snapshot.labels):
+                self.request_analysis()  # the first paint had the traces together: now each alone
         if self._group_choices() != self._can_group:  # the footer offers g once there is a choice
             self._can_group = not self._can_group
             self.refresh_bindings()
@@ -355,7 +359,11 @@ class TraceApp(App[int]):
             return
         labels = self.snapshot.labels
         current = self.selected if self.selected in labels else labels[0]
-        self.selected = labels[(labels.index(current) + 1) % len(labels)]
+        following = labels[(labels.index(current) + 1) % len(labels)]
+        if not self.source.live and following not in self.snapshot.views:
+            self.notify("analysing each trace alone: a moment", timeout=2)
+            return
+        self.selected = following
         if self.source.live:  # a live snapshot holds the view it was asked for: analyse the new one now
             self.request_analysis()
 

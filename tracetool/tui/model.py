@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from analyzers.options import AnalysisOptions
 
 if TYPE_CHECKING:
     from analyzers import Analysis
@@ -26,17 +28,6 @@ if TYPE_CHECKING:
 
 #: The label of the view that holds every trace together.
 ALL = "all"
-
-
-@dataclass(frozen=True)
-class AnalysisOptions:
-    """The analyzer options the viewer passes through (``tracetool tui/attach``'s roofline options)."""
-
-    model: str | None = None
-    gpu: str | None = None
-    gpus: int | None = None
-    weight_dtype: str | None = None
-    kv_dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -155,14 +146,18 @@ class Sessions:
 
 def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
             only: str | None = None, sessions: Sessions | None = None,
-            group: str | None = None) -> Snapshot | None:
+            group: str | None = None, behind: bool = False,
+            cancelled: Callable[[], bool] | None = None) -> Snapshot | None:
     """Take a snapshot of ``source`` and analyse it; None when a live source has no data yet.
 
     ``only``: with several traces, analyse just this view (``"all"`` or a trace label; None:
     every view). A live viewer passes the view it shows, so a tick costs one analysis instead of
     one per server plus the combined one; the others are analysed when the viewer switches.
     ``sessions``: a live viewer's :class:`Sessions`; the one analysis of an ``only`` tick (or of
-    a single trace) reuses a connection from it.
+    a single trace) reuses a connection from it. ``behind``: something is on screen already (the
+    traces' analysis together, painted first): the traces' own analyses run one at a time, so
+    drawing and keys keep a core, and stop between two when ``cancelled()`` says so (the viewer
+    quit or moved on: None is returned), so quitting waits for one small analysis at most.
 
     Raises:
         BadInput: the traces cannot be analysed (no requests, unreadable).
@@ -186,9 +181,8 @@ def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
     t1 = time.perf_counter()
     import analyzers
 
-    kw: dict[str, Any] = {"model": options.model, "gpu": options.gpu, "gpus": options.gpus,
-                          "weight_dtype": options.weight_dtype, "kv_dtype": options.kv_dtype,
-                          "claims": story_keys(tail=sessions is None)}
+    # every story the viewer can test, asked for up front (the hypothesis key reads its verdict)
+    opts = AnalysisOptions.of(options, claims=story_keys(tail=sessions is None))
     choices = None
     views: dict[str, View] = {}
     with sessions.take() if sessions is not None else nullcontext() as session:
@@ -198,14 +192,26 @@ def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
             labels = labels or labels_for(traces)
             choices = [ALL, *labels]
             if only in labels:
-                a = analyzers.analyze(traces[labels.index(only)], session=session, **kw)
+                a = analyzers.analyze(traces[labels.index(only)], opts, session=session)
                 a.label = only  # alone, labels_for would drop a '#2' the combined list gives
             else:
-                a = analyzers.analyze(traces, per_trace=False, session=session, labels=labels, **kw)
+                a = analyzers.analyze(traces, opts, per_trace=False, session=session, labels=labels)
             t2 = time.perf_counter()
             views[a.label] = View(a.label, a, a.to_json(), lock=a._lock)
         else:
-            a = analyzers.analyze(traces, session=session, labels=labels, **kw)  # one analysis: reused
+            if behind and len(traces) > 1:
+                from analyzers.connection import labels_for
+
+                labels = labels or labels_for(traces)
+                a = analyzers.analyze(traces, opts, per_trace=False, labels=labels)
+                for trace, lab in zip(traces, labels, strict=True):
+                    if cancelled is not None and cancelled():
+                        return None
+                    one = analyzers.analyze(trace, opts, labels=[lab])
+                    one.traces = []  # as analyze's per-trace analyses of several: no list of itself
+                    a.traces.append(one)
+            else:
+                a = analyzers.analyze(traces, opts, session=session, labels=labels)  # one analysis: reused
             t2 = time.perf_counter()
             if len(a.traces) > 1:
                 views[ALL] = View(ALL, a, a.to_json(), lock=a._lock)
@@ -217,4 +223,4 @@ def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
                     choices=choices, group=group)
 
 
-__all__ = ["ALL", "AnalysisOptions", "Sessions", "Snapshot", "View", "analyse", "story_keys"]
+__all__ = ["ALL", "Sessions", "Snapshot", "View", "analyse", "story_keys"]
