@@ -364,7 +364,8 @@ CLAIM_ALIASES: dict[str, str] = {
 # Free-text fallbacks, most specific first.
 _KEYWORDS = (("compute", "compute-bound"), ("flop", "compute-bound"), ("thousand", "throughput"),
              ("throughput", "throughput"), ("tok-s", "throughput"), ("detoken", "detokenize"),
-             ("tokeni", "tokenize"), ("frontend", "frontend"), ("network", "network"), ("rtt", "network"), ("queu", "queue"),
+             ("tokeni", "tokenize"), ("frontend", "frontend"), ("network", "network"), ("rtt", "network"),
+             ("queu", "queue"),
              ("overload", "queue"), ("prefill", "prefill"), ("prompt", "prefill"),
              ("preprocess", "preprocess"), ("pre-process", "preprocess"), ("retrieval", "preprocess"),
              ("postprocess", "postprocess"), ("post-process", "postprocess"), ("guardrail", "postprocess"),

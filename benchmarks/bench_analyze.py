@@ -120,7 +120,8 @@ def main() -> None:
     from benchmarks.results import Figure, write
 
     steps = _steps(trace)
-    big = a.tokens >= 10_000_000  # the 3x target (the issue: ≤ 1/3 of pandas' time) is for big traces; on small ones process start-up dominates
+    # the 3x target (the issue: ≤ 1/3 of pandas' time) is for big traces; on small ones process start-up dominates
+    big = a.tokens >= 10_000_000
     write(a.name, [
         Figure(f"analyze --json of {a.tokens:,} tokens ({steps:,} steps): pandas baseline's wall time over "
                "tracetool's", pw / dw, "x", target="≥ 3x" if big else None, met=pw / dw >= 3 if big else None),

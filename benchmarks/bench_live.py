@@ -313,7 +313,8 @@ def main() -> None:
         if args.only in (None, "view"):
             print(f"analysed view: the TUI (headless, 120x40, window 30 s, refresh {args.refresh_s:g} s) attached for "
                   f"{args.view_seconds:g} s; updates = analysed snapshots shown after a 2 s warm-up")
-            print(f"{'tok/s/server':>12} {'servers':>7} {'updates':>7} {'per s':>6} {'analyse s':>9} {'window tok':>10}  ok")
+            print(f"{'tok/s/server':>12} {'servers':>7} {'updates':>7} {'per s':>6} {'analyse s':>9} "
+                  f"{'window tok':>10}  ok")
             hz = []
             for spec in args.view.split(","):
                 r_, n_ = spec.split("x")

@@ -128,8 +128,10 @@ def report(flushes: list[float], cpu: dict[tuple[float, str], dict[str, float]],
     for g in [*groups, "all"]:
         cells = []
         for fl in flushes:
-            on = (sum(cpu[(fl, "on")].values()) if g == "all" else cpu[(fl, "on")].get(g, 0.0)) / tokens[(fl, "on")] * 1e6
-            off = (sum(cpu[(fl, "off")].values()) if g == "all" else cpu[(fl, "off")].get(g, 0.0)) / tokens[(fl, "off")] * 1e6
+            on = ((sum(cpu[(fl, "on")].values()) if g == "all" else cpu[(fl, "on")].get(g, 0.0))
+                  / tokens[(fl, "on")] * 1e6)
+            off = ((sum(cpu[(fl, "off")].values()) if g == "all" else cpu[(fl, "off")].get(g, 0.0))
+                   / tokens[(fl, "off")] * 1e6)
             added[fl][g] = on - off
             cells.append(f"{on:9.1f}{off:9.1f}{on - off:+9.1f}")
         print(f"{g:24s}" + "".join(cells))

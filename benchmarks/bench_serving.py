@@ -111,8 +111,8 @@ def bench_network(rtts: list[float], n: int) -> dict[float, float]:
             s = {s["request_id"]: s["end_ns"] - s["start_ns"] for s in spans if s["name"] == "server.request"}
             net = [(c[k] - s[k]) / 1e6 for k in c if k in s]
             e2e = [v / 1e6 for v in c.values()]
-            err = f"  error vs added RTT {statistics.mean(net) - rtt:+6.1f} ms ({(statistics.mean(net) - rtt) / rtt:+.1%})" \
-                if rtt else ""
+            err = (f"  error vs added RTT {statistics.mean(net) - rtt:+6.1f} ms "
+                   f"({(statistics.mean(net) - rtt) / rtt:+.1%})" if rtt else "")
             ok = sum(r.ok for r in res.results)
             print(f"  added RTT {rtt:5.0f} ms: network mean {statistics.mean(net):6.1f} ms, "
                   f"p50 {statistics.median(net):6.1f} ms, share of e2e {sum(net) / sum(e2e):5.1%} "

@@ -63,7 +63,8 @@ def geo_interval(ratios: list[float], n: int = 10_000, seed: int = 0) -> tuple[f
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=72, help="rounds of three windows (a multiple of 6 balances the order)")
+    ap.add_argument("--rounds", type=int, default=72,
+                    help="rounds of three windows (a multiple of 6 balances the order)")
     ap.add_argument("--window-requests", type=int, default=64)
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=64)

@@ -106,7 +106,8 @@ def serve_main(argv: list[str]) -> int:
     if mode in ("on", "switch"):  # everything: recorder, NVML (double), live endpoint
         SAMPLERS["nvml"] = SamplerSpec("__main__:start_nvml_double", 10.0, "scripted NVML double (soak only)")
         samplers = {"nvml": 10.0}
-        live = LiveConfig("127.0.0.1:0") if len(argv) < 3 else LiveConfig("127.0.0.1:0", flush_interval_s=float(argv[2]))
+        live = (LiveConfig("127.0.0.1:0") if len(argv) < 3
+                else LiveConfig("127.0.0.1:0", flush_interval_s=float(argv[2])))
     if mode == "switch":
         _switch_by_signals(Path(f"{out}.threads.json"))
     cfg = ServeConfig(out=out, port=0, threads=1, force=True, samplers=samplers, live=live,
@@ -542,7 +543,8 @@ def report(args: argparse.Namespace, out: Path, servers: dict[str, Server], soak
     ]
     print("\n".join(lines))
     print(f"soak: {'OK' if ok else 'FAILED'} (books balance on every server, no failed request, "
-          "no collector error, the NVML double labelled, the viewers saved their traces on SIGTERM and hold every row or count it dropped)")
+          "no collector error, the NVML double labelled, the viewers saved their traces on SIGTERM "
+          "and hold every row or count it dropped)")
     if not args.no_result:
         from benchmarks.results import Figure, write
 

@@ -17,7 +17,8 @@ test session) finds them and takes a second:
 * **llama.cpp's ``llama-server``** (the C++ server), built with cmake and ninja from PyPI (in a build
   virtualenv that is thrown away) from the llama.cpp source vendored in the ``llama-cpp-python``
   sdist, ``-DGGML_NATIVE=OFF`` (a native build crashed on this kind of CPU), static, the server target
-  only; the one binary is kept in ``engines/llama-server-VERSION-rRECIPE/bin``. 6 min on two quiet cores, 14 on busy ones.
+  only; the one binary is kept in ``engines/llama-server-VERSION-rRECIPE/bin``. 6 min on two quiet cores, 14 on
+  busy ones.
 
 An engine that cannot be installed (no network, no C compiler, an unsupported platform) is one line
 on stdout saying why, written also to ``engines/NAME-VERSION.failed`` so the tests skip with that

@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     ap.add_argument("--tiny", action="store_true", help="a 2-layer toy model and short contexts (code path check)")
-    ap.add_argument("--contexts", default=None, help="comma-separated context lengths (default 4096,32768; tiny 128,512)")
+    ap.add_argument("--contexts", default=None,
+                    help="comma-separated context lengths (default 4096,32768; tiny 128,512)")
     ap.add_argument("--decode-tokens", type=int, default=None, help="tokens decoded per context (default 200; tiny 8)")
     ap.add_argument("--nvml-hz", type=float, default=10.0, help="NVML sampling rate (default 10)")
     ap.add_argument("--out", default=None, help="trace directory (default: a new temporary one)")

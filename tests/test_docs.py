@@ -42,7 +42,8 @@ def test_trace_format_doc_lists_the_hugging_face_names_read() -> None:
     begin = doc.index("<!-- hf-names:begin")
     section = doc[doc.index("\n", begin) + 1: doc.index("<!-- hf-names:end -->")]
     assert section.strip() == hf_names_markdown().strip(), \
-        "docs/trace-format.md Hugging Face names differ from tracetool/meta.py: regenerate with meta.hf_names_markdown()"
+        "docs/trace-format.md Hugging Face names differ from tracetool/meta.py: " \
+        "regenerate with meta.hf_names_markdown()"
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))

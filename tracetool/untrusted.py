@@ -119,5 +119,5 @@ def json_escaped(document: str) -> str:
 _JSON_WHITESPACE = frozenset("\n\r\t")
 
 
-__all__ = ["LINE_LIMIT", "NAME_LIMIT", "SAFE_TEXT", "TEXT_LIMIT", "UNSAFE", "cut_mark", "echo", "escape_char", "json_escaped",
-           "shown"]
+__all__ = ["LINE_LIMIT", "NAME_LIMIT", "SAFE_TEXT", "TEXT_LIMIT", "UNSAFE", "cut_mark", "echo", "escape_char",
+           "json_escaped", "shown"]

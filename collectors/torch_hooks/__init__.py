@@ -502,7 +502,8 @@ def instrument(model: Any, recorder: Recorder, *, method: str = "call", cuda_tim
 
 def uninstrument(model_or_handle: Any) -> bool:
     """Remove every hook :func:`instrument` installed; True when something was removed."""
-    h = model_or_handle if isinstance(model_or_handle, HookHandle) else getattr(model_or_handle, "__dict__", {}).get(_ATTR)
+    h = (model_or_handle if isinstance(model_or_handle, HookHandle)
+         else getattr(model_or_handle, "__dict__", {}).get(_ATTR))
     if not isinstance(h, HookHandle) or not h.active:
         return False
     h.remove()

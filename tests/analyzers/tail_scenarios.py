@@ -62,11 +62,13 @@ def write(directory: Path, reqs: list[TReq], *, loop_lags: list[tuple[float, flo
         by_id[rid] = r
         c0 = round(r.intended * MS)
         if r.client_queue is not None:
-            rows.append((rid, "client.queue", CLIENT_OFFSET + c0, CLIENT_OFFSET + c0 + round(r.client_queue * MS), "client"))
+            rows.append((rid, "client.queue", CLIENT_OFFSET + c0, CLIENT_OFFSET + c0 + round(r.client_queue * MS),
+                         "client"))
         send = c0 + round((r.client_queue or 0) * MS)
         t = send
         if r.handshake is not None:
-            rows.append((rid, "client.connect", CLIENT_OFFSET + t, CLIENT_OFFSET + t + round(r.handshake * MS), "client"))
+            rows.append((rid, "client.connect", CLIENT_OFFSET + t, CLIENT_OFFSET + t + round(r.handshake * MS),
+                         "client"))
             t += round(r.handshake * MS)
         half = round(r.network * MS / 2)
         s0 = t + half  # the server's clock is the client's minus CLIENT_OFFSET

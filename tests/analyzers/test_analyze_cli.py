@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from analyzer_scenarios import Req, scenario, toy_trace
 
-COMPONENTS = ["client_queue", "network", "frontend", "queue", "tokenize", "preprocess", "prefill", "decode", "detokenize", "postprocess",
-              "other"]
+COMPONENTS = ["client_queue", "network", "frontend", "queue", "tokenize", "preprocess", "prefill", "decode",
+              "detokenize", "postprocess", "other"]
 
 
 def test_json_contract_keys(cli: Any, toy: Path) -> None:

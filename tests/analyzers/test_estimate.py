@@ -10,8 +10,8 @@ import pytest
 
 import analyzers
 
-COMPONENTS = ["client_queue", "network", "frontend", "queue", "tokenize", "preprocess", "prefill", "decode", "detokenize", "postprocess",
-              "other"]
+COMPONENTS = ["client_queue", "network", "frontend", "queue", "tokenize", "preprocess", "prefill", "decode",
+              "detokenize", "postprocess", "other"]
 
 
 def test_llama_70b_fp8_tp2_8k(cli: Any) -> None:

@@ -47,7 +47,8 @@ def test_hand_rewrites_give_duckdbs_results(tmp_path: Path) -> None:
 
     base = scenario(tmp_path / "g", [Req(start=i * 300, prefill=20, output=30, itl=10) for i in range(3)])
     ts = list(range(0, 1_200_000_000, 7_000_000))
-    write_stream(base / "gpu.arrows", pa.table({"ts_ns": pa.array(ts, pa.int64()), "gpu": pa.array([0] * len(ts), pa.int32()),
+    write_stream(base / "gpu.arrows", pa.table({"ts_ns": pa.array(ts, pa.int64()),
+                                                "gpu": pa.array([0] * len(ts), pa.int32()),
                                                 "sm_util_pct": pa.array([float(i % 100) for i in range(len(ts))])}))
     for name in ["gpu_decode"]:  # tokens_gaps': tests/analyzers/test_batched.py, on a batched trace
         old = REWRITES[name][0]

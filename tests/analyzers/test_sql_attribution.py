@@ -20,7 +20,8 @@ def test_attribution_requests_by_the_rule(toy_con: Any) -> None:
     a, b = got["a"], got["b"]
     assert a == {
         "trace": "toy", "request_id": "a", "request_key": 1, "ok": True, "e2e_ms": 150.0, "e2e_source": "client",
-        "client_queue_ms": None, "network_ms": 30.0, "frontend_ms": None, "outside_ms": None, "queue_ms": 10.0, "tokenize_ms": 2.0, "preprocess_ms": None, "prefill_ms": 28.0,
+        "client_queue_ms": None, "network_ms": 30.0, "frontend_ms": None, "outside_ms": None, "queue_ms": 10.0,
+        "tokenize_ms": 2.0, "preprocess_ms": None, "prefill_ms": 28.0,
         "decode_ms": 60.0, "detokenize_ms": None, "postprocess_ms": 5.0, "other_ms": 15.0, "server_ms": 120.0,
         "ttft_ms": 65.0, "ttft_source": "client", "tpot_ms": pytest.approx(85 / 3), "itl_mean_ms": 20.0,
         "output_tokens": 4, "prompt_tokens": None, "decode_tok_s": pytest.approx(3000 / 85),
@@ -46,8 +47,8 @@ def test_components_shares_and_measured(toy_con: Any) -> None:
         assert r["ms"] == (pytest.approx(ms) if ms is not None else None), name
         assert r["share"] == (pytest.approx(share) if share is not None else None), name
     assert [n for n, r in got.items() if r["bottleneck"]] == ["decode"]
-    assert list(got) == ["client_queue", "network", "frontend", "queue", "tokenize", "preprocess", "prefill", "decode", "detokenize",
-                         "postprocess", "other"]
+    assert list(got) == ["client_queue", "network", "frontend", "queue", "tokenize", "preprocess", "prefill", "decode",
+                         "detokenize", "postprocess", "other"]
     assert sum(r["share"] or 0 for r in got.values()) == pytest.approx(1.0)
 
 
@@ -94,7 +95,8 @@ def test_a_failed_request_without_tokens_counts_as_failed(tmp_path: Any) -> None
     import analyzers
 
     p = write_trace(tmp_path / "t", {
-        "spans": spans([("ok", "server.request", 0, 50 * MS, "server"), ("bad", "server.request", 0, 900 * MS, "server")]),
+        "spans": spans([("ok", "server.request", 0, 50 * MS, "server"),
+                        ("bad", "server.request", 0, 900 * MS, "server")]),
         "tokens": tokens([{"request_id": "ok", "index": i, "emit_ns": (10 + i) * MS} for i in range(3)]),
         "requests": pa.table({"request_id": ["bad"], "status": ["error"]})})
     con = analyzers.connect([p])
@@ -121,7 +123,8 @@ def test_client_queue_counts_in_e2e_ttft_and_its_own_component(tmp_path: Any) ->
     import analyzers
 
     p = write_trace(tmp_path / "t", {
-        "spans": spans([("r", "client.queue", 0, 40 * MS, "client"), ("r", "client.request", 40 * MS, 140 * MS, "client"),
+        "spans": spans([("r", "client.queue", 0, 40 * MS, "client"),
+                        ("r", "client.request", 40 * MS, 140 * MS, "client"),
                         ("r", "server.request", 1000 * MS, 1090 * MS, "server"),
                         ("r", "decode", 1030 * MS, 1090 * MS, "server")]),
         "tokens": tokens([{"request_id": "r", "index": i, "emit_ns": (1030 + 20 * i) * MS,
@@ -147,7 +150,8 @@ def _client_bound(tmp_path: Any, lag_ms: float) -> dict[str, Any] | None:
     span_rows = []
     for i in range(10):
         due, sent = i * 10 * MS, i * 20 * MS
-        span_rows += [(f"r{i}", "client.queue", due, sent, "client"), (f"r{i}", "client.request", sent, sent + 100 * MS, "client")]
+        span_rows += [(f"r{i}", "client.queue", due, sent, "client"),
+                      (f"r{i}", "client.request", sent, sent + 100 * MS, "client")]
         if lag_ms:
             span_rows.append(("", "client.loop_lag", due, due + round(lag_ms * MS), "client"))
     con = analyzers.connect([write_trace(tmp_path / f"t{lag_ms}", {"spans": spans(span_rows)})])

@@ -120,7 +120,8 @@ def test_tgi_tokenize_on_the_server_clock(tmp_path: Path) -> None:
     """TGI's validation histogram is tokenization; scraped by the recording process (server clock)
     the window is the server.request spans."""
     v = "tgi_request_validation_duration"
-    rows = [(0, "tgi_queue_size", {}, 0.0), (1500 * MS, "tgi_queue_size", {}, 0.0), (5000 * MS, "tgi_queue_size", {}, 3.0)]
+    rows = [(0, "tgi_queue_size", {}, 0.0), (1500 * MS, "tgi_queue_size", {}, 0.0),
+            (5000 * MS, "tgi_queue_size", {}, 3.0)]
     rows += [(r[0], r[1], {k: x for k, x in r[2].items() if k != "model_name"}, r[3])
              for r in _hist(0, v, {"0.001": 0, "0.01": 0, "+Inf": 0}, 0.0, 0)
              + _hist(2500 * MS, v, {"0.001": 1, "0.01": 2, "+Inf": 2}, 0.006, 2)]
@@ -253,8 +254,9 @@ def test_without_sum_and_count_the_bound_is_the_buckets_edge(tmp_path: Path) -> 
     q = "vllm:request_queue_time_seconds"
     rows = [(t, f"{q}_bucket", {"le": le}, v) for t, b in ((500 * MS, (0, 0, 0)), (3500 * MS, (1, 3, 4)))
             for le, v in zip(("0.1", "1.0", "+Inf"), b, strict=True)]
-    path = write_trace(tmp_path / "buckets", {"spans": spans([("r1", "client.request", 1000 * MS, 3000 * MS, "client")]),
-                                              "server_metrics": metrics(rows)})
+    path = write_trace(tmp_path / "buckets",
+                       {"spans": spans([("r1", "client.request", 1000 * MS, 3000 * MS, "client")]),
+                        "server_metrics": metrics(rows)})
     st = analyzers.analyze(path).query("SELECT p50, p50_max, p95, p95_max FROM engine_stats "
                                        "WHERE concept = 'queue_time'").to_pylist()
     assert st == [{"p50": pytest.approx(0.1 + 0.9 * (2 - 1) / 2), "p50_max": pytest.approx(1.0),

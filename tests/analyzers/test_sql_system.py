@@ -59,7 +59,8 @@ def test_gpu_utilisation_inside_decode_windows(tmp_path: Path) -> None:
                     "dram_bw_util_pct": pa.array([None, 60.0, 50.0, 40.0, None], pa.float64())})
     con = analyzers.connect([_with(toy_trace(tmp_path / "t"), gpu=gpu)])
     assert rows(con, "SELECT * FROM gpu_windows ORDER BY start_ns") == [
-        {"trace": "t", "start_ns": 50 * MS, "end_ns": 110 * MS}, {"trace": "t", "start_ns": 240 * MS, "end_ns": 280 * MS}]
+        {"trace": "t", "start_ns": 50 * MS, "end_ns": 110 * MS},
+        {"trace": "t", "start_ns": 240 * MS, "end_ns": 280 * MS}]
     g = rows(con, "SELECT * FROM gpu_decode")[0]
     assert (g["samples"], g["decode_samples"], g["interval_ms"]) == (5, 3, 50.0)  # gaps 60, 40, 150, 40
     assert g["sm_util_decode_pct"] == pytest.approx(80.0) and g["sm_util_idle_pct"] == pytest.approx(7.5)

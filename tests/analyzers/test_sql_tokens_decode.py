@@ -40,8 +40,9 @@ def test_tokens_requests_and_per_request_itl(toy_con: Any) -> None:
     assert (got["a"]["fit_n"], got["a"]["fit_sx"], got["a"]["fit_sy"]) == (3, 9000.0, 42.0)
     assert (got["b"]["first_emit_ns"], got["b"]["last_emit_ns"], got["b"]["fit_n"]) == (240_000_000, 280_000_000, 0)
     itl = {r["request_id"]: r for r in rows(toy_con, "SELECT * FROM tokens_request_itl")}
-    assert itl["a"] == {"trace": "toy", "request_id": "a", "request_key": 1, "gaps": 3, "itl_mean_ms": 20.0, "itl_p50_ms": 20.0,
-                        "itl_p90_ms": pytest.approx(21.6), "itl_p99_ms": pytest.approx(21.96), "itl_max_ms": 22.0}
+    assert itl["a"] == {"trace": "toy", "request_id": "a", "request_key": 1, "gaps": 3, "itl_mean_ms": 20.0,
+                        "itl_p50_ms": 20.0, "itl_p90_ms": pytest.approx(21.6), "itl_p99_ms": pytest.approx(21.96),
+                        "itl_max_ms": 22.0}
 
 
 def test_per_request_views_filter_on_the_key(toy_con: Any) -> None:

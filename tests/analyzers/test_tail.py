@@ -231,7 +231,8 @@ def test_preemption_is_named_and_its_stalls_are_the_simulators(batched: dict[str
     assert feats["preemptions"]["tail_mean"] > feats["preemptions"]["typical_mean"]
     # the requests the analyzer counts as preempted are the simulator's
     a = analyzers.analyze(sim.path)
-    counted = {r["request_id"] for r in a.query("SELECT request_id FROM tail_requests WHERE preemptions > 0").to_pylist()}
+    counted = {r["request_id"]
+               for r in a.query("SELECT request_id FROM tail_requests WHERE preemptions > 0").to_pylist()}
     assert counted and counted <= sim.preempted
 
 

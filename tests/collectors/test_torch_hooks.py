@@ -270,7 +270,8 @@ def test_token_rows_of_the_last_step_are_the_rows_the_request_writes(model: Any,
             h.token(fed, i)
             h.token(packed, i, kv_len=h.last.kv_len)
     rows = read(rec).table("tokens").to_pylist()
-    by = {rid: sorted((r for r in rows if r["request_id"] == rid), key=lambda r: r["index"]) for rid in ("fed", "packed")}
+    by = {rid: sorted((r for r in rows if r["request_id"] == rid), key=lambda r: r["index"])
+          for rid in ("fed", "packed")}
     assert len(by["fed"]) == len(by["packed"]) == 4 and len(rows) == 8
 
     def same(r: dict[str, Any]) -> tuple[Any, ...]:

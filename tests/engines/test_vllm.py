@@ -247,8 +247,8 @@ def test_probe_agrees_with_vllm_bench_serve_and_imports_its_detailed_file(vllm_s
 def test_streams_broken_mid_way_are_never_ok(vllm_server: EngineServer, cli: Any, tmp_path: Path) -> None:
     n = 4
     with receiving(vllm_server, tmp_path / "server"), CuttingProxy(vllm_server.url, cut_after=2048) as proxy:
-        rep = _probe(cli, f"http://127.0.0.1:{proxy.port}/v1", tmp_path / "client", n, 2, "--served-model-name", "smollm2",
-                     "--prompt-tokens", PROMPT_TOKENS)
+        rep = _probe(cli, f"http://127.0.0.1:{proxy.port}/v1", tmp_path / "client", n, 2,
+                     "--served-model-name", "smollm2", "--prompt-tokens", PROMPT_TOKENS)
         # vLLM aborts a request whose client went away (and exports no span for it): wait until it has
         # let go of all four, so that no work of this test runs into the next
         _wait_idle(vllm_server)

@@ -177,8 +177,8 @@ def test_probe_over_a_socket(data: bytes) -> None:
     srv = _SERVER[0]
     srv.body = data
     with tempfile.TemporaryDirectory(prefix="tracetool-fuzz-") as tmp:
-        r = run_cli("probe", f"http://127.0.0.1:{srv.port}/v1", "--served-model-name", "m", "-n", 1, "--timeout", 5, "-q",
-                    "-o", Path(tmp) / "t")
+        r = run_cli("probe", f"http://127.0.0.1:{srv.port}/v1", "--served-model-name", "m", "-n", 1, "--timeout", 5,
+                    "-q", "-o", Path(tmp) / "t")
         assert_clean(r, allowed=(0,))
         assert open_trace(Path(tmp) / "t", strict=True).rows("requests") == 1
     tried("event streams (socket)")

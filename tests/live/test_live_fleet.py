@@ -89,7 +89,8 @@ def test_live_fleet_document_has_the_offline_datasets_shape_and_numbers(
     for g in odoc["groups"]:
         assert g["group"] == {"server": g["server"]} and g["traces"] == [f"server={g['server']}"]
         alone = json.loads(cli("analyze", "--json", *g["paths"]).out)
-        assert _body(g) == {k: v for k, v in alone.items() if k not in ("format", "version", "traces", "sql_engine", "dataset", "groups")}
+        assert _body(g) == {k: v for k, v in alone.items()
+                            if k not in ("format", "version", "traces", "sql_engine", "dataset", "groups")}
 
     # live: the same document, key for key: top level, dataset, groups and their fields
     assert ldoc["dataset"] == odoc["dataset"]

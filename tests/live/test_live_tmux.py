@@ -58,8 +58,8 @@ def test_attach_in_a_real_terminal_watches_tokens_grow(tmux: Tmux, tmp_path: Pat
                                      "the analysed overview")
             assert f"127.0.0.1:{port}" in analysed.splitlines()[0]
             tmux.keys("q")
-            wait_until(lambda: status.exists() and status.read_text().strip(), "tracetool attach to exit on q", timeout=DEADLINE_S,
-                       interval=0.1)
+            wait_until(lambda: status.exists() and status.read_text().strip(), "tracetool attach to exit on q",
+                       timeout=DEADLINE_S, interval=0.1)
             assert status.read_text().strip() == "0"
             assert "Traceback" not in tmux.pane()
         finally:

@@ -1,10 +1,11 @@
 """An oversized OTLP/HTTP body gets a 413 the client can read, and what the receiver reads of it is bounded.
 
 Bodies of 4x the limit (16 MiB, far beyond what socket buffers hold; the default drain bound
-reads up to 4x the limit after refusing), declared or chunked, protobuf or JSON, sent by httpx (which writes the whole body before it reads, as urllib3 and the OTLP
-exporters do), by a raw client that writes everything then reads, and by a client that asks
-``Expect: 100-continue``: each reads the 413 and its reason, never a reset. A client that
-declares a gigabyte and keeps sending is cut off after the drain bound, and the receiver goes on.
+reads up to 4x the limit after refusing), declared or chunked, protobuf or JSON, sent by httpx
+(which writes the whole body before it reads, as urllib3 and the OTLP exporters do), by a raw client
+that writes everything then reads, and by a client that asks ``Expect: 100-continue``: each reads
+the 413 and its reason, never a reset. A client that declares a gigabyte and keeps sending is cut
+off after the drain bound, and the receiver goes on.
 """
 
 from __future__ import annotations

@@ -143,7 +143,8 @@ def engine_scope_trace(directory: Path, handshake: bool) -> Path:
         s = i * 2000 * MS
         rows += [(f"r{i}", "client.request", s, s + 1040 * MS, "client"),
                  (f"r{i}", "server.request", s, s + 1000 * MS, "server"),
-                 (f"r{i}", "prefill", s, s + 60 * MS, "server"), (f"r{i}", "decode", s + 60 * MS, s + 1000 * MS, "server")]
+                 (f"r{i}", "prefill", s, s + 60 * MS, "server"),
+                 (f"r{i}", "decode", s + 60 * MS, s + 1000 * MS, "server")]
         for k in range(10):
             toks["request_id"].append(f"r{i}")
             toks["index"].append(k)

@@ -33,4 +33,5 @@ def test_a_relative_p99_budget_names_the_component_that_moved(runs: dict) -> Non
     assert check["status"] in ("fail", "warn")
     assert check["tail"].startswith("the p99 tail moved most in prefill:"), check["tail"]
     if check["status"] == "fail":  # the line on stderr says it too
-        assert any(line.startswith("FAIL p99_ttft_pct") and "moved most in prefill" in line for line in rep.failing_lines())
+        assert any(line.startswith("FAIL p99_ttft_pct") and "moved most in prefill" in line
+                   for line in rep.failing_lines())

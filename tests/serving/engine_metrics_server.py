@@ -159,8 +159,10 @@ class EngineDouble:
 
 
 def _chunk(delta: dict[str, Any], finish: str | None) -> bytes:
-    return b"data: " + json.dumps({"id": "c", "object": "chat.completion.chunk", "model": MODEL,
-                                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}).encode() + b"\n\n"
+    return (b"data: "
+            + json.dumps({"id": "c", "object": "chat.completion.chunk", "model": MODEL,
+                          "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}).encode()
+            + b"\n\n")
 
 
 async def _huge(n: int) -> AsyncIterator[bytes]:

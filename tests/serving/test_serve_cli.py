@@ -70,7 +70,8 @@ def test_serves_a_local_model_and_sigint_closes_the_trace(tmp_path: Path) -> Non
     t = open_trace(out, strict=True)
     assert t.meta["closed"] is True and t.meta["model"]["name"] == "my-llama" and t.meta["model"]["layers"] == 1
     assert t.table("requests").to_pylist()[0]["request_id"] == "one"
-    assert {"server.request", "tokenize", "queue", "prefill", "decode"} <= set(t.table("spans").column("name").to_pylist())
+    assert ({"server.request", "tokenize", "queue", "prefill", "decode"}
+            <= set(t.table("spans").column("name").to_pylist()))
 
 
 @pytest.mark.slow

@@ -20,7 +20,8 @@ from tracetool.serving import probe_events
 from tracetool.serving.probe import RequestResult
 
 
-def _probe(cli: Any, srv: RecordingServer, tmp_path: Path, *extra: Any) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
+def _probe(cli: Any, srv: RecordingServer, tmp_path: Path,
+           *extra: Any) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
     out = tmp_path / "t"
     with UvicornThread(srv.app()) as s:
         r = cli("probe", s.url, "-n", 2, "--concurrency", 1, "--prompt-tokens", 6, "-q", "--json", "-o", out, *extra)

@@ -27,7 +27,8 @@ def anyio_backend() -> str:
 
 
 def _catalogue(view: View) -> list[dict[str, Any]]:
-    return view.analysis.query("SELECT id, suspect, severity, title FROM findings_catalogue ORDER BY ordinal").to_pylist()
+    return view.analysis.query("SELECT id, suspect, severity, title FROM findings_catalogue "
+                               "ORDER BY ordinal").to_pylist()
 
 
 def _every_finding_fired(snapshot: Any) -> Any:

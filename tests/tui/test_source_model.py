@@ -87,7 +87,8 @@ def test_a_live_tick_analyses_only_the_view_shown(traces: Path) -> None:
     def body(doc: Any, path: str = "") -> dict[str, Any]:
         """Leaves by path, floats to 9 significant digits (summation order moves the last bits)."""
         if isinstance(doc, dict):
-            return {k: v for key, item in doc.items() if key != "traces" for k, v in body(item, f"{path}.{key}").items()}
+            return {k: v for key, item in doc.items() if key != "traces"
+                    for k, v in body(item, f"{path}.{key}").items()}
         if isinstance(doc, list):
             return {k: v for i, item in enumerate(doc) for k, v in body(item, f"{path}[{i}]").items()}
         return {path: float(f"{doc:.9g}") if isinstance(doc, float) else doc}

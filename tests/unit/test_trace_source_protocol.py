@@ -25,6 +25,7 @@ def test_the_viewer_does_not_probe_its_source_with_getattr() -> None:
     import tracetool.tui.app as app
 
     tree = ast.parse(Path(inspect.getfile(app)).read_text())
-    probes = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "getattr"
+    probes = [ast.unparse(n) for n in ast.walk(tree)
+              if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "getattr"
               and "source" in ast.unparse(n.args[0])]
     assert not probes, probes

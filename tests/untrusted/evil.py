@@ -51,8 +51,10 @@ def check_output(text: str, *, where: str, own_csi: bool = False, shows_payload:
     form is there."""
     body = OWN_CSI.sub("", text) if own_csi else text
     raw = RAW.search(body)
-    assert raw is None, f"{where}: raw {raw.group()!r} at {raw.start()}: {body[max(0, raw.start() - 60):raw.start() + 60]!r}"
-    assert not shows_payload or "\\x1b]0;pwned" in body or "\\u001b]0;pwned" in body, f"{where}: the escaped payload is not shown"
+    assert raw is None, \
+        f"{where}: raw {raw.group()!r} at {raw.start()}: {body[max(0, raw.start() - 60):raw.start() + 60]!r}"
+    assert not shows_payload or "\\x1b]0;pwned" in body or "\\u001b]0;pwned" in body, \
+        f"{where}: the escaped payload is not shown"
 
 
 def poison_meta(meta: dict[str, Any], *, big_note_chars: int = 0) -> dict[str, Any]:

@@ -143,8 +143,9 @@ def print_analysis(doc: dict[str, Any]) -> None:
                  "not per request")
             continue
         if name == "network" and not c["measured"] and ne.get("basis") == "unsplit":
-            echo(f"  {name:<12} {'not split':>10} {'':>8}  network + server frontend {units.ms(ne.get('outside_ms'), 1)} "
-                 f"({fmt_pct(ne.get('outside_share'))}): no round trip measured to split them")
+            echo(f"  {name:<12} {'not split':>10} {'':>8}  network + server frontend "
+                 f"{units.ms(ne.get('outside_ms'), 1)} ({fmt_pct(ne.get('outside_share'))}): "
+                 "no round trip measured to split them")
             continue
         if not c["measured"]:
             echo(f"  {name:<12} {'not measured':>10}")
@@ -167,10 +168,12 @@ def print_analysis(doc: dict[str, Any]) -> None:
     if fit:
         sign = "-" if fit["per_1k_kv_ms"] < 0 else "+"
         r2 = NOT_MEASURED if fit["r2"] is None else f"{fit['r2']:.2f}"
-        echo(f"  fit    {fit['basis']} = {units.ms(fit['base_ms'], 2)} {sign} {abs(fit['per_1k_kv_ms']):.3f} ms per 1k KV "
+        echo(f"  fit    {fit['basis']} = {units.ms(fit['base_ms'], 2)} {sign} "
+             f"{abs(fit['per_1k_kv_ms']):.3f} ms per 1k KV "
              f"(r² {r2}, {fit['n']:,} tokens, kv {fit['kv_len_min']:,}-{fit['kv_len_max']:,})")
     if roof:
-        echo(f"  roofline ideal {units.ms(roof['ideal_step_ms'], 2)} vs measured {units.ms(roof['measured_step_ms'], 2)}"
+        echo(f"  roofline ideal {units.ms(roof['ideal_step_ms'], 2)} vs measured "
+             f"{units.ms(roof['measured_step_ms'], 2)}"
              f" → {fmt_pct(roof['bandwidth_efficiency'])} of peak bandwidth")
     elif d["roofline_note"]:
         echo(f"  roofline: none ({d['roofline_note']})")
@@ -204,7 +207,8 @@ def print_analysis(doc: dict[str, Any]) -> None:
         echo(f"  {'trace':<24} {'requests':>9} {'e2e p50':>10} {'ttft p50':>10} {'itl p50':>10}  bottleneck")
         for t in traces:
             echo(f"  {shown(t['trace'], 24):<24} {t['requests']:>9,} {units.ms(t['e2e_ms']['p50'], 1):>10} "
-                 f"{units.ms(t['ttft_ms']['p50'], 1):>10} {units.ms(t['itl_ms']['p50'], 1):>10}  {t['bottleneck'] or NOT_MEASURED}")
+                 f"{units.ms(t['ttft_ms']['p50'], 1):>10} {units.ms(t['itl_ms']['p50'], 1):>10}  "
+                 f"{t['bottleneck'] or NOT_MEASURED}")
     groups = doc.get("groups") or []
     if groups:
         echo("")
@@ -214,7 +218,8 @@ def print_analysis(doc: dict[str, Any]) -> None:
         for g in groups:
             name = shown(",".join(NOT_MEASURED if v is None else str(v) for v in g["group"].values()), 24)
             echo(f"  {name:<24} {len(g['traces']):>6} {g['requests']:>9,} {units.ms(g['e2e_ms']['p50'], 1):>10} "
-                 f"{units.ms(g['ttft_ms']['p50'], 1):>10} {units.ms(g['itl_ms']['p50'], 1):>10}  {g['bottleneck'] or NOT_MEASURED}")
+                 f"{units.ms(g['ttft_ms']['p50'], 1):>10} {units.ms(g['itl_ms']['p50'], 1):>10}  "
+                 f"{g['bottleneck'] or NOT_MEASURED}")
 
 
 @click.command()

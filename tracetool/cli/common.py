@@ -86,7 +86,8 @@ def roofline_options(fn: F) -> F:
         click.option("--gpus", "--tp", "gpus", type=click.IntRange(min=1), help="GPUs the model is sharded over."),
         click.option("--weight-dtype", callback=_check_preset("dtype"),
                      help="Weight dtype for --model (bf16, fp8, int4, ...)."),
-        click.option("--kv-dtype", callback=_check_preset("dtype"), help="KV-cache dtype for --model (bf16, fp8, ...)."),
+        click.option("--kv-dtype", callback=_check_preset("dtype"),
+                     help="KV-cache dtype for --model (bf16, fp8, ...)."),
     ]
     out: Any = wrapper
     for opt in reversed(opts):

@@ -123,7 +123,8 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
 @click.option("--slo", default=None, metavar="KEY=MS,...",
               help="Service-level objectives (ttft_ms, tpot_ms, itl_ms, e2e_ms; attainment=0.99): goodput, "
                    "attainment, and in a sweep the highest level that meets them.")
-@click.option("--burstiness", type=click.FloatRange(0, min_open=True), default=probe_default("burstiness"), show_default=True,
+@click.option("--burstiness", type=click.FloatRange(0, min_open=True), default=probe_default("burstiness"),
+              show_default=True,
               help="With --rate: shape of the gamma-distributed gaps between arrivals (1 = Poisson, "
                    "as vLLM's; inf = evenly spaced; below 1 burstier).")
 @click.option("--prompt-tokens", type=click.IntRange(1), default=probe_default("prompt_tokens"), show_default=True,
@@ -135,7 +136,8 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
                    "one prompt per line (docs/workloads.md).")
 @click.option("--replay", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Replay a timestamped trace: vLLM timed-trace or Mooncake JSONL (docs/workloads.md).")
-@click.option("--time-scale", type=click.FloatRange(0, min_open=True), default=probe_default("time_scale"), show_default=True,
+@click.option("--time-scale", type=click.FloatRange(0, min_open=True), default=probe_default("time_scale"),
+              show_default=True,
               help="With --replay: multiply the file's gaps by this (0.5 = twice as fast).")
 @click.option("--input-len", default=None, metavar="N[:STD]",
               help="Synthetic prompts of N tokens (normal with STD), exact with --tokenizer, else approximate.")
@@ -157,7 +159,8 @@ def serve(model_path: Path | None, output: Path | None, force: bool, host: str, 
               help="Model name in the API, as the server serves it (default: the first from GET /v1/models).")
 @click.option("--api-key", envvar="OPENAI_API_KEY", default=None,
               help="Bearer token (default: $OPENAI_API_KEY).")
-@click.option("--timeout", type=click.FloatRange(0, min_open=True), default=probe_default("timeout_s"), show_default=True,
+@click.option("--timeout", type=click.FloatRange(0, min_open=True), default=probe_default("timeout_s"),
+              show_default=True,
               help="Seconds one request may take before it counts as failed.")
 @click.option("--ignore-eos", is_flag=True, help="Ask for exactly --max-tokens (vLLM/SGLang's ignore_eos).")
 @click.option("--no-usage", is_flag=True,

@@ -268,7 +268,8 @@ class HttpServer:
                 elif isinstance(event, h11.Data):
                     body += event.data
                     if len(body) > limit:
-                        refusal = self.handler.refused(request, conn.peer, 413, f"body over the limit of {limit:,} bytes")
+                        refusal = self.handler.refused(request, conn.peer, 413,
+                                                       f"body over the limit of {limit:,} bytes")
                         await self._answer_and_drain(conn, h, request, refusal, deadline)
                         return False
                 elif isinstance(event, h11.EndOfMessage):

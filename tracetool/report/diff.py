@@ -122,7 +122,8 @@ def _tails(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
             out.append({"metric": metric, "stat": stat, "a_requests": ga["n"], "b_requests": gb["n"],
                         "a_gap_ms": _r(ga["gap_ms"], 3), "b_gap_ms": _r(gb["gap_ms"], 3),
                         "top": m[0]["component"] if m else None,
-                        "components": [{k: (_r(v, 3) if isinstance(v, float) else v) for k, v in x.items()} for x in m]})
+                        "components": [{k: (_r(v, 3) if isinstance(v, float) else v) for k, v in x.items()}
+                                       for x in m]})
     return out
 
 
@@ -189,7 +190,8 @@ def print_diff(doc: dict[str, Any]) -> None:
         ci = (NOT_MEASURED if x["ci_low_pct"] is None else f"{x['ci_low_pct']:+.1f} .. {x['ci_high_pct']:+.1f} %")
         ch = NOT_MEASURED if x["delta_pct"] is None else f"{x['delta_pct']:+.1f} %"
         name = f"{x['stat']} {fmt.METRIC_NAMES.get(x['metric'], x['metric'])}"
-        echo(f"{name:<12}{units.ms(x['a_ms'], 2, unit=False):>11}{units.ms(x['b_ms'], 2, unit=False):>11}{ch:>9}  {ci}{' *' if x['significant'] else ''}")
+        echo(f"{name:<12}{units.ms(x['a_ms'], 2, unit=False):>11}{units.ms(x['b_ms'], 2, unit=False):>11}{ch:>9}  "
+             f"{ci}{' *' if x['significant'] else ''}")
     echo("")
     echo(f"{'component':<13}{'A ms/req':>10}{'B ms/req':>10}{'change':>11}  {'interval (ms)':<22}{'share A -> B'}")
     for c in doc["components"]:
@@ -197,7 +199,8 @@ def print_diff(doc: dict[str, Any]) -> None:
         ci = NOT_MEASURED if c["ci_low_ms"] is None else f"{c['ci_low_ms']:+.2f} .. {c['ci_high_ms']:+.2f}"
         sh = f"{_pct(c['a_share'])} -> {_pct(c['b_share'])}"
         mark = " <- top" if c["component"] == doc["top"] else ""
-        echo(f"{c['component']:<13}{units.ms(c['a_ms'], 2, unit=False):>10}{units.ms(c['b_ms'], 2, unit=False):>10}{ch:>11}  {ci:<22}{sh}{mark}")
+        echo(f"{c['component']:<13}{units.ms(c['a_ms'], 2, unit=False):>10}{units.ms(c['b_ms'], 2, unit=False):>10}"
+             f"{ch:>11}  {ci:<22}{sh}{mark}")
     if doc.get("tail"):
         echo("")
         echo(f"{'tail':<12}{'requests A/B':>14}  {'component':<13}{'A ms/req':>10}{'B ms/req':>10}{'change':>11}")
@@ -206,7 +209,8 @@ def print_diff(doc: dict[str, Any]) -> None:
             counts = f"{t['a_requests']}/{t['b_requests']}"
             for i, c in enumerate(t["components"][:3]):
                 echo(f"{name if i == 0 else '':<12}{counts if i == 0 else '':>14}  {c['component']:<13}"
-                      f"{units.ms(c['a_ms'], 2, unit=False):>10}{units.ms(c['b_ms'], 2, unit=False):>10}{c['delta_ms']:>+11.2f}")
+                     f"{units.ms(c['a_ms'], 2, unit=False):>10}{units.ms(c['b_ms'], 2, unit=False):>10}"
+                     f"{c['delta_ms']:>+11.2f}")
 
 
 def _pct(x: float | None) -> str:

@@ -57,7 +57,8 @@ def where(group: Mapping[str, Any] | None, stat: str, metric: str) -> str | None
     parts = (", ".join(f"{n} {fmt.share(x)}" for x, n in grew[:3]) if grew
              else "no measured component grew" if measured else "not split: no component of it is measured")
     unit = "gaps" if metric == "itl" else "requests"
-    return f"its {group['n']} {unit} above {stat} take {fmt.ms(group['gap_ms'])} more than typical ones (p40-p60): {parts}"
+    return (f"its {group['n']} {unit} above {stat} take {fmt.ms(group['gap_ms'])} more than typical ones "
+            f"(p40-p60): {parts}")
 
 
 def what_moved(base: Mapping[str, Any] | None, cand: Mapping[str, Any] | None, stat: str) -> str | None:

@@ -85,7 +85,8 @@ class KVBatch:
             self._layers, self.mask = new, mask
         else:
             width = max(self.mask.shape[1], length)
-            self._layers = [(torch.cat([_lpad(k, width), _lpad(nk, width)]), torch.cat([_lpad(v, width), _lpad(nv, width)]))
+            self._layers = [(torch.cat([_lpad(k, width), _lpad(nk, width)]),
+                             torch.cat([_lpad(v, width), _lpad(nv, width)]))
                             for (k, v), (nk, nv) in zip(layers, new, strict=True)]
             self.mask = torch.cat([_lpad_mask(self.mask, width), _lpad_mask(mask, width)])
         self.members.append(member)

@@ -113,7 +113,8 @@ def moved(axis: str, rows: list[dict[str, Any]]) -> str | None:
     first, last = rows[0], rows[-1]
     common = [k for k in first["shares"] if k in last["shares"]]
     if not common:
-        return ("e2e p50 " + ", ".join(f"{units.ms(r['e2e_ms']['p50'], 1, unit=False)} ms at {level_name(r['level'])}" for r in rows)
+        return ("e2e p50 " + ", ".join(f"{units.ms(r['e2e_ms']['p50'], 1, unit=False)} ms at {level_name(r['level'])}"
+                                       for r in rows)
                 + "; where the time went is not measured (the server reports no timings, and no request "
                 "waited in the client)")
     k = max(common, key=lambda c: abs(last["shares"][c] - first["shares"][c]))
@@ -143,8 +144,9 @@ def print_sweep(doc: dict[str, Any]) -> None:
     rows = []
     for r in doc["levels"]:
         rows.append([level_name(r["level"]), f"{r['ok']}/{r['requests']}", units.ms(r["ttft_ms"]["p50"], 1, unit=False),
-                     units.ms(r["ttft_ms"]["p99"], 1, unit=False), units.ms(r["itl_ms"]["p50"], 1, unit=False), units.ms(r["e2e_ms"]["p50"], 1, unit=False),
-                     units.ms(r["e2e_ms"]["p99"], 1, unit=False), _f(r["request_throughput"], 2), _f(r["output_token_throughput"], 1),
+                     units.ms(r["ttft_ms"]["p99"], 1, unit=False), units.ms(r["itl_ms"]["p50"], 1, unit=False),
+                     units.ms(r["e2e_ms"]["p50"], 1, unit=False), units.ms(r["e2e_ms"]["p99"], 1, unit=False),
+                     _f(r["request_throughput"], 2), _f(r["output_token_throughput"], 1),
                      *[_pct(r["shares"].get(k)) for k in comps]])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
     for line in [head, *rows]:

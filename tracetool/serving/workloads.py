@@ -32,7 +32,17 @@ from typing import Any
 from tracetool.errors import BadInput, UsageError
 from tracetool.serving.tokens import APPROXIMATE, Tokenizer
 
-WORDS = tuple(["time", "year", "people", "way", "day", "man", "thing", "woman", "life", "child", "world", "school", "state", "family", "student", "group", "country", "problem", "hand", "part", "place", "case", "week", "company", "system", "program", "question", "work", "government", "number", "night", "point", "home", "water", "room", "mother", "area", "money", "story", "fact", "month", "lot", "right", "study", "book", "eye", "job", "word", "business", "issue", "side", "kind", "head", "house", "service", "friend", "father", "power", "hour", "game", "line", "end", "member", "law", "car", "city", "community", "name", "president", "team", "minute", "idea", "kid", "body", "information", "back", "parent", "face", "others", "level", "office", "door", "health", "person", "art", "war", "history", "party", "result", "change", "morning", "reason", "research", "girl", "guy", "moment", "air", "teacher", "force", "education", "river", "light", "music", "market", "paper", "garden", "window", "table", "stone", "bridge", "signal", "summer", "winter", "letter", "picture", "village", "engine", "answer"])
+WORDS = tuple(["time", "year", "people", "way", "day", "man", "thing", "woman", "life", "child", "world", "school",
+               "state", "family", "student", "group", "country", "problem", "hand", "part", "place", "case", "week",
+               "company", "system", "program", "question", "work", "government", "number", "night", "point", "home",
+               "water", "room", "mother", "area", "money", "story", "fact", "month", "lot", "right", "study", "book",
+               "eye", "job", "word", "business", "issue", "side", "kind", "head", "house", "service", "friend",
+               "father", "power", "hour", "game", "line", "end", "member", "law", "car", "city", "community", "name",
+               "president", "team", "minute", "idea", "kid", "body", "information", "back", "parent", "face", "others",
+               "level", "office", "door", "health", "person", "art", "war", "history", "party", "result", "change",
+               "morning", "reason", "research", "girl", "guy", "moment", "air", "teacher", "force", "education",
+               "river", "light", "music", "market", "paper", "garden", "window", "table", "stone", "bridge", "signal",
+               "summer", "winter", "letter", "picture", "village", "engine", "answer"])
 
 #: Tokens per Mooncake hash block (the trace's block size).
 MOONCAKE_BLOCK = 512

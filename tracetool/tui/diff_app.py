@@ -34,7 +34,8 @@ class DiffApp(App[int]):
         d = self.doc
         yield Header()
         with VerticalScroll():
-            yield Static(Content(fmt.text(f"A {d['a']['label']} → B {d['b']['label']}: {d['headline']}")), id="headline")
+            yield Static(Content(fmt.text(f"A {d['a']['label']} → B {d['b']['label']}: {d['headline']}")),
+                         id="headline")
             yield DataTable(id="latency", cursor_type="row", zebra_stripes=True)
             yield DataTable(id="components", cursor_type="row", zebra_stripes=True)
             yield DataTable(id="tail", cursor_type="row", zebra_stripes=True)
@@ -59,7 +60,8 @@ class DiffApp(App[int]):
         tail.add_columns("tail", "requests A/B", "moved most", "A ms/req", "B ms/req", "change (ms)")
         for t in self.doc.get("tail") or []:
             top = (t["components"] or [None])[0]
-            tail.add_row(f"{t['stat']} {METRIC_NAMES.get(t['metric'], t['metric'])}", f"{t['a_requests']}/{t['b_requests']}",
+            tail.add_row(f"{t['stat']} {METRIC_NAMES.get(t['metric'], t['metric'])}",
+                         f"{t['a_requests']}/{t['b_requests']}",
                          top["component"] if top else "–", _f(top["a_ms"] if top else None),
                          _f(top["b_ms"] if top else None), "–" if top is None else f"{top['delta_ms']:+.2f}")
 

@@ -44,7 +44,8 @@ def engine_data(view: View, buckets: int = BUCKETS) -> EngineData:
     if w.num_rows == 0:
         return EngineData()
     clock, lo, hi = (w.column(c)[0].as_py() for c in ("clock", "start_ns", "end_ns"))
-    trace = view.label if view.label != "all" else a.query("SELECT trace FROM engine_window LIMIT 1").column(0)[0].as_py()
+    trace = (view.label if view.label != "all"
+             else a.query("SELECT trace FROM engine_window LIMIT 1").column(0)[0].as_py())
     width = max(1, -(-(int(hi) - int(lo) + 1) // buckets))
     out = EngineData(window_s=(hi - lo) / 1e9)
     tl = a.query("SELECT (ts_ns - ?) // ? AS b, max(requests_waiting) AS w, max(requests_running) AS r, "
@@ -143,8 +144,9 @@ def engine_note(engine: dict[str, Any]) -> Content:
     q = engine.get("queue_time_ms") or {}
     kv = engine.get("kv_cache_usage") or {}
     parts: list[str | tuple[str, str]] = [
-        f"{fmt.text(engine.get('source') or 'unknown engine')} · {fmt.count(engine.get('scrapes'))} scrapes ({engine.get('clock')} "
-        "clock) · waiting max ", (fmt.num((engine.get("requests_waiting") or {}).get("max"), 0), "bold"),
+        f"{fmt.text(engine.get('source') or 'unknown engine')} · {fmt.count(engine.get('scrapes'))} scrapes "
+        f"({engine.get('clock')} clock) · waiting max ",
+        (fmt.num((engine.get("requests_waiting") or {}).get("max"), 0), "bold"),
         " · KV max ", (fmt.pct(kv.get("max")), "bold"), " · queue mean ", (fmt.ms(q.get("mean")), "bold")]
     if q.get("bucketed") and any(q.get(k) is not None for k in ("p50", "p95", "p50_max", "p95_max")):
         parts.append(", " + bucketed_percentiles(q, fmt.ms))

@@ -41,7 +41,8 @@ def sweep(doc: dict[str, Any]) -> Section:
     for i, lv in enumerate(levels):
         k = f"levels.{i}"
         s = lv.get("slo") or {}
-        rows.append([n(f"{lv['level']:g}", f"{k}.level"), f"{n(str(lv['ok']), f'{k}.ok')}/{n(str(lv['requests']), f'{k}.requests')}",
+        rows.append([n(f"{lv['level']:g}", f"{k}.level"),
+                     f"{n(str(lv['ok']), f'{k}.ok')}/{n(str(lv['requests']), f'{k}.requests')}",
                      n(rate(lv["request_throughput"], 2), f"{k}.request_throughput"),
                      n(rate(lv["output_token_throughput"], 1), f"{k}.output_token_throughput"),
                      *(n(fmt.ms(lv[m][q]), f"{k}.{m}.{q}") for m, q in (("ttft_ms", "p50"), ("ttft_ms", "p99"),
@@ -140,12 +141,14 @@ def diff(doc: dict[str, Any]) -> list[Section]:
     rows = []
     for i, c in order:
         k = f"components.{i}"
-        ci = NOT_MEASURED if c["ci_low_ms"] is None else (f"{num(fmt.ms(c['ci_low_ms'], sign=True), f'{k}.ci_low_ms')} … "
-                                                           f"{num(fmt.ms(c['ci_high_ms'], sign=True), f'{k}.ci_high_ms')}")
+        ci = (NOT_MEASURED if c["ci_low_ms"] is None
+              else f"{num(fmt.ms(c['ci_low_ms'], sign=True), f'{k}.ci_low_ms')} … "
+                   f"{num(fmt.ms(c['ci_high_ms'], sign=True), f'{k}.ci_high_ms')}")
         rows.append([esc(c["component"]) + (" ◀ moved most" if c["component"] == doc.get("top") else ""),
                      n(fmt.ms(c["a_ms"]), f"{k}.a_ms"), n(fmt.ms(c["b_ms"]), f"{k}.b_ms"),
                      n(fmt.ms(c["delta_ms"], sign=True), f"{k}.delta_ms"), ci,
-                     f"{n(fmt.share(c['a_share']), f'{k}.a_share', 100)} → {n(fmt.share(c['b_share']), f'{k}.b_share', 100)}"])
+                     f"{n(fmt.share(c['a_share']), f'{k}.a_share', 100)} → "
+                     f"{n(fmt.share(c['b_share']), f'{k}.b_share', 100)}"])
     body = table(["component", "A per request", "B per request", "change", f"{conf} interval", "share A → B"],
                  rows, "lrrrll", caption="Components (ms per request)")
     if not comps:

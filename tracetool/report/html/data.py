@@ -118,7 +118,8 @@ def _lane(trace: str, rid: str, group: str, e2e: float, spans: list[dict[str, An
     if server_origin is None and toks:
         server_origin = min(t["emit_ns"] for t in toks if t["emit_ns"] is not None)
     if origin_c is not None and creq is not None and sreq is not None:
-        s_at = (creq["start_ns"] - origin_c) + ((creq["end_ns"] - creq["start_ns"]) - (sreq["end_ns"] - sreq["start_ns"])) / 2
+        s_at = ((creq["start_ns"] - origin_c)
+                + ((creq["end_ns"] - creq["start_ns"]) - (sreq["end_ns"] - sreq["start_ns"])) / 2)
     elif origin_c is not None and creq is not None:
         s_at = creq["start_ns"] - origin_c  # no server span to place: its phases start with the request
     else:

@@ -81,7 +81,8 @@ def waterfalls(a: Any, doc: dict[str, Any]) -> Section:
     for la in lanes:
         r = req.get((la.trace, la.request_id), {})
         short = la.request_id if len(la.request_id) <= 18 else la.request_id[:17] + "…"
-        rows.append([f'<span class="id" title="{esc(la.request_id)}">{esc(short)}</span>', esc(la.group), num(fmt.ms(la.e2e_ms)), num(fmt.ms(r.get("ttft_ms"))),
+        rows.append([f'<span class="id" title="{esc(la.request_id)}">{esc(short)}</span>', esc(la.group),
+                     num(fmt.ms(la.e2e_ms)), num(fmt.ms(r.get("ttft_ms"))),
                      num(f"{la.tokens:,}"), esc(r.get("bottleneck") or NOT_MEASURED)])
     ok = sum(1 for r in req.values() if r["ok"] and r["e2e_ms"] is not None)
     thinned = any(la.tokens > data.TICKS for la in lanes)
@@ -217,7 +218,8 @@ def engine(a: Any, doc: dict[str, Any]) -> Section:
                 f"max {n(f(obj.get('max')), f'engine.{key}.max', scale)}")
 
     rows = [["engine", esc(e.get("source") or "unknown")],
-            ["window", f"{n(rate(e.get('window_s')), 'engine.window_s')} s, {n(str(e.get('scrapes')), 'engine.scrapes')} "
+            ["window", f"{n(rate(e.get('window_s')), 'engine.window_s')} s, "
+                       f"{n(str(e.get('scrapes')), 'engine.scrapes')} "
                        f"scrapes ({esc(e.get('clock'))} clock)"],
             ["waiting", mm("requests_waiting", e.get("requests_waiting"))],
             ["running", mm("requests_running", e.get("requests_running"))],

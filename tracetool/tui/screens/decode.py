@@ -75,7 +75,8 @@ class DecodeScreen(TraceScreen):
         decode = view.doc.get("decode") or {}
         itl = view.doc.get("itl_ms") or {}
         self.query_one("#index-title", Static).update(
-            f"ITL over token index · p50 and p90 per bin · {fmt.count(data.tokens)} tokens · clock {itl.get('clock') or NOT_MEASURED}")
+            f"ITL over token index · p50 and p90 per bin · {fmt.count(data.tokens)} tokens · "
+            f"clock {itl.get('clock') or NOT_MEASURED}")
         top = max([p90 for _, _, p90 in data.by_index] or [1.0]) * 1.1
         by_index.plot([Series("p90", [(x, p90) for x, _, p90 in data.by_index], "$text-warning"),
                        Series("p50", [(x, p50) for x, p50, _ in data.by_index], "$text-primary")],

@@ -48,7 +48,8 @@ class OverviewScreen(TraceScreen):
 
     def show_view(self, view: View) -> None:
         doc = view.doc
-        self.query_one("#headline", Static).update(Content.styled(fmt.text(doc.get("headline") or NOT_MEASURED), "bold"))
+        self.query_one("#headline", Static).update(
+            Content.styled(fmt.text(doc.get("headline") or NOT_MEASURED), "bold"))
         self.query_one(Waterfall).show(doc)
         self.query_one(Percentiles).show(doc)
         self.query_one("#roofline-line", Static).update(_decode_line(doc))

@@ -42,7 +42,8 @@ class RequestScreen(Screen[None]):
         self.view, self.trace, self.request_id = view, trace, request_id
 
     def compose(self) -> ComposeResult:
-        yield Static(Content.assemble((" request ", "bold reverse"), " ", (fmt.text(self.request_id, NAME_LIMIT), "bold"),
+        yield Static(Content.assemble((" request ", "bold reverse"), " ",
+                                      (fmt.text(self.request_id, NAME_LIMIT), "bold"),
                                       ("  trace ", "$text-muted"), fmt.text(self.trace, NAME_LIMIT),
                                       ("  esc back", "$text-muted")),
                      id="request-title")
@@ -87,9 +88,11 @@ class RequestScreen(Screen[None]):
         origin = d.origin_ns or 0
         for t in d.tokens[:TOKEN_ROWS]:
             table.add_row(*(_r(v) for v in (
-                str(t["index"]), fmt.ms((t["emit_ns"] - origin) / 1e6), fmt.ms(t["itl_ms"], 2)
-                if t["itl_ms"] is not None else NOT_MEASURED, t["itl_clock"] or NOT_MEASURED, fmt.ms(t["step_ms"], 2)
-                if t["step_ms"] is not None else NOT_MEASURED, fmt.ms(t["host_ms"], 2) if t["host_ms"] is not None else NOT_MEASURED,
+                str(t["index"]), fmt.ms((t["emit_ns"] - origin) / 1e6),
+                fmt.ms(t["itl_ms"], 2) if t["itl_ms"] is not None else NOT_MEASURED,
+                t["itl_clock"] or NOT_MEASURED,
+                fmt.ms(t["step_ms"], 2) if t["step_ms"] is not None else NOT_MEASURED,
+                fmt.ms(t["host_ms"], 2) if t["host_ms"] is not None else NOT_MEASURED,
                 fmt.count(t["kv_len"]), fmt.count(t["batch_size"]))))
         if len(d.tokens) > TOKEN_ROWS:
             table.add_row(Text(f"… {len(d.tokens) - TOKEN_ROWS:,} more", style="dim"))
@@ -101,7 +104,8 @@ def _r(s: str) -> Text:
 
 def _summary(row: dict[str, Any]) -> Content:
     parts: list[str | tuple[str, str]] = [
-        "e2e ", (fmt.ms(row.get("e2e_ms")), "bold"), (f" ({fmt.text(row.get('e2e_source') or NOT_MEASURED)})", "$text-muted"),
+        "e2e ", (fmt.ms(row.get("e2e_ms")), "bold"),
+        (f" ({fmt.text(row.get('e2e_source') or NOT_MEASURED)})", "$text-muted"),
         " · TTFT ", (fmt.ms(row.get("ttft_ms")), "bold"), " · TPOT ", (fmt.ms(row.get("tpot_ms"), 2), "bold"),
         " · ", (fmt.count(row.get("output_tokens")), "bold"), " tokens",
         " · prompt ", (fmt.count(row.get("prompt_tokens")), "bold"),

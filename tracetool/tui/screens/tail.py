@@ -43,8 +43,8 @@ class TailScreen(TraceScreen):
             panel.show(tail.get(panel.metric))
         findings = [f for f in doc.get("findings") or [] if f["id"].startswith("tail-")]
         if doc.get("tail") is None and self.trace_app.source.live:
-            empty = Content.styled("a live view does not analyse the tail: each refresh would cost a third more. Record "
-                                   "the stream (tracetool attach ADDR --record DIR) and open the recording "
+            empty = Content.styled("a live view does not analyse the tail: each refresh would cost a third more. "
+                                   "Record the stream (tracetool attach ADDR --record DIR) and open the recording "
                                    "(tracetool tui DIR)", "$text-muted")
         else:
             empty = Content.styled("no tail finding: too few requests above p95, or nothing to say", "$text-muted")

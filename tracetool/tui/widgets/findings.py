@@ -20,7 +20,8 @@ class Findings(Vertical):
         for f in findings:
             warn = f["severity"] == "warning"
             blocks.append(Static(Content.assemble(("! " if warn else "· ", "$text-warning" if warn else "$text-muted"),
-                                                  (fmt.text(f["title"]), "bold"), (f"  {fmt.text(f['id'])}", "$text-muted")),
+                                                  (fmt.text(f["title"]), "bold"),
+                                                  (f"  {fmt.text(f['id'])}", "$text-muted")),
                                  classes="finding"))
             blocks.append(Static(Content.styled(fmt.text(f["detail"]), "$text-muted"), classes="evidence"))
         if not blocks:

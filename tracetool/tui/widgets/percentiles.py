@@ -40,7 +40,8 @@ class Percentiles(Widget):
             if not p.get("n"):
                 lines.append(Content.assemble(f"{label:<6}", ("not measured", "$text-muted italic")))
                 continue
-            lines.append(Content.assemble((f"{label:<6}", "bold"), (f"{p.get('clock') or NOT_MEASURED:<7}", "$text-muted"),
+            lines.append(Content.assemble((f"{label:<6}", "bold"),
+                                          (f"{p.get('clock') or NOT_MEASURED:<7}", "$text-muted"),
                                           f"{fmt.count(p.get('n')):>10}",
                                           "".join(f"{fmt.ms(p.get(k)):>11}" for k in keys)))
         return Content("\n").join(lines)

@@ -47,7 +47,8 @@ class StatusBar(Widget):
         elif s is not None:
             view = s.view(self._selected)
             if len(s.labels) > 1:  # a live snapshot holds only the view it was asked for
-                parts += ["  view ", (fmt.text(view.label), "bold $text-accent"), (f" ({len(s.labels) - 1} traces, t)", "$text-muted")]
+                parts += ["  view ", (fmt.text(view.label), "bold $text-accent"),
+                          (f" ({len(s.labels) - 1} traces, t)", "$text-muted")]
             doc = view.doc
             tokens = (doc.get("decode") or {}).get("output_tokens")
             parts += ["  ", f"{fmt.count(doc.get('requests'))} requests", "  ", f"{fmt.count(tokens)} tokens"]

@@ -56,14 +56,16 @@ class TailPanel(Widget):
             if name in OPTIONAL_COMPONENTS and not c.get("measured"):
                 continue  # only some traces can measure them (as the overview's waterfall)
             if not c.get("measured"):
-                lines.append(Content.assemble(f"{name:<{NAME_W}}", (f"{'not measured':>{MS_W * 2}}", "$text-muted italic")))
+                lines.append(Content.assemble(f"{name:<{NAME_W}}",
+                                              (f"{'not measured':>{MS_W * 2}}", "$text-muted italic")))
                 continue
             share = c.get("gap_share")
             top = name == t.get("top_component")
             style = "$text-warning" if top else "$text-primary"
             delta = c.get("delta_ms")
             lines.append(Content.assemble((f"{name:<{NAME_W}}", "bold" if top else ""),
-                                          f"{fmt.ms(c.get('typical_ms')):>{MS_W}}", f"{fmt.ms(c.get('tail_ms')):>{MS_W}}",
+                                          f"{fmt.ms(c.get('typical_ms')):>{MS_W}}",
+                                          f"{fmt.ms(c.get('tail_ms')):>{MS_W}}",
                                           f"{('+' if delta and delta > 0 else '') + fmt.ms(delta):>{MS_W}}",
                                           f"{fmt.pct(share):>{SHARE_W}}  ", (_bar(share, bar_w), style)))
         feats = group.get("features")
@@ -81,8 +83,8 @@ class TailPanel(Widget):
                     f"{NOT_MEASURED if f['ratio'] is None else format(f['ratio'], '.1f') + 'x':>{MS_W}}",
                     f"{_num(f['cliffs_delta'], 2):>{SHARE_W}}", f"{_p(f['p_value']):>{SHARE_W}}  ", mark))
             lines.append(Content.styled(f"{'':<{LABEL_W}}medians (shares for yes/no features) over "
-                                        f"{group.get('n')} tail vs {(t.get('typical') or {}).get('n')} typical requests; "
-                                        "δ: Cliff's delta", "$text-muted"))
+                                        f"{group.get('n')} tail vs {(t.get('typical') or {}).get('n')} typical "
+                                        "requests; δ: Cliff's delta", "$text-muted"))
         return lines
 
 

@@ -74,7 +74,8 @@ class SpanTimeline(Widget):
             bar = (" " * lead + "█" * full + (_EIGHTHS[part] if part else ""))[:cols]
             style = "$text-accent" if clock == "client" else (
                 "$text-warning" if name == "decode" else "$text-primary")
-            lines.append(Content.assemble((f"{fmt.fit(name, NAME_W - 1):<{NAME_W}}", "bold" if name.endswith("request") else ""),
+            lines.append(Content.assemble((f"{fmt.fit(name, NAME_W - 1):<{NAME_W}}",
+                                           "bold" if name.endswith("request") else ""),
                                           (f"{bar:<{cols}}", style),
                                           f"{fmt.ms((end - start) / 1e6):>{DUR_W}}"))
         if emits:

@@ -74,7 +74,8 @@ class Waterfall(Widget):
                                           (bar, style), (mark, "$text-warning")))
         lines.append(Content.assemble((f"{'e2e (mean)':<{NAME_W}}", "$text-muted"),
                                       f"{fmt.ms(self._e2e.get('mean')):>{MS_W}}",
-                                      (f"{'':>{SHARE_W}} over {fmt.count(self._e2e.get('n'))} requests", "$text-muted")))
+                                      (f"{'':>{SHARE_W}} over {fmt.count(self._e2e.get('n'))} requests",
+                                       "$text-muted")))
         return Content("\n").join(lines)
 
 
