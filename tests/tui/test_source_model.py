@@ -58,7 +58,8 @@ def test_source_module_stays_headless() -> None:
 def test_reading_and_analysing_never_import_pandas(chat: Path) -> None:
     """pandas costs ~0.4 s of the first paint; pyarrow imports it on any Python-to-Arrow conversion."""
     code = ("import sys\nfrom tracetool.trace_source import DirectorySource\nfrom tracetool.tui.model import "
-            f"analyse\nfrom analyzers.options import AnalysisOptions\nanalyse(DirectorySource([{str(chat)!r}]), AnalysisOptions())\n"
+            "analyse\nfrom analyzers.options import AnalysisOptions\n"
+            f"analyse(DirectorySource([{str(chat)!r}]), AnalysisOptions())\n"
             "print('pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "False"
