@@ -145,6 +145,14 @@ SELECT * EXCLUDE (ti, n),
     CASE WHEN prefill_tokens > 0 THEN greatest(dur_ns - coalesce(decode_only_ns, dur_ns), 0) ELSE 0 END AS slowed_ns
 FROM s;
 
+-- Whether tokens without step_id are matched to steps rows by time (the ASOF branch of tokens_gaps),
+-- decided once per analysis from what the traces contain: only when some trace has steps rows. Without
+-- them (a third-party engine's first trace: step times, no step ids, no steps table) those tokens take
+-- the step_id branch, whose lookup finds nothing, with the same result as an ASOF join that matches
+-- nothing, and the ASOF join's sort of every such token on both sides is not run.
+CREATE OR REPLACE TEMP TABLE _tokens_step_match AS
+SELECT count(*) > 0 AS by_time FROM _steps_seq;
+
 -- @view tokens_gaps
 -- One row per token that has a predecessor in its request (index > 0): the
 -- inter-token latency and, where step times exist, the host time between steps.
@@ -226,14 +234,15 @@ FROM (
             FROM tokens AS t
             JOIN _tokens_requests_ti AS r USING (trace, request_id)
             LEFT JOIN _steps_seq AS s ON s.id_key = r._ti + t.step_id
-            WHERE t.step_id IS NOT NULL OR t.step_start_ns IS NULL
+            WHERE t.step_id IS NOT NULL OR t.step_start_ns IS NULL OR NOT (SELECT by_time FROM _tokens_step_match)
             UNION ALL
             SELECT t.trace, t.request_id, r.request_key, t.index, t.kv_len, t.batch_size, t.step_id,
                 t.step_end_ns - t.step_start_ns, t.emit_ns, t.client_recv_ns, r.failed, (1)::TINYINT,
                 CASE WHEN s.end_ns >= t.step_start_ns THEN s.seq ELSE -1 - t.step_start_ns END,
                 CASE WHEN s.end_ns >= t.step_start_ns THEN s.dur_ns ELSE t.step_end_ns - t.step_start_ns END,
                 CASE WHEN s.end_ns >= t.step_start_ns THEN s.slowed_ns END
-            FROM (SELECT * FROM tokens WHERE step_id IS NULL AND step_start_ns IS NOT NULL) AS t
+            FROM (SELECT * FROM tokens WHERE step_id IS NULL AND step_start_ns IS NOT NULL
+                  AND (SELECT by_time FROM _tokens_step_match)) AS t
             JOIN _tokens_requests_ti AS r USING (trace, request_id)
             ASOF LEFT JOIN (SELECT trace, start_ns, end_ns, seq, dur_ns, slowed_ns FROM _steps_seq
                             WHERE (SELECT count(*) FROM tokens
