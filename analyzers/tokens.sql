@@ -276,6 +276,56 @@ FROM tokens_gaps
 WHERE emission
 GROUP BY trace, request_id, request_key;
 
+-- The exact ITL percentiles of the spilled path (flag spill_quantiles, analyzers.connection): an
+-- in-memory quantile holds 8 bytes per emission however low the memory limit is, so past a share of
+-- it the gaps go to a table DuckDB spills to disk, and the percentiles are read from it in two scans:
+-- a histogram of fine buckets (1024 per octave of itl_ms, which is above 0 on every emission), then
+-- only the values of the buckets that hold the ranks quantile_cont interpolates between, ordered
+-- within their bucket. The same order statistics and the interpolation DuckDB's source writes
+-- (lo * (1 - f) + hi * f), so the same numbers, except that a DuckDB build may fuse that expression
+-- into one multiply-add and round once where SQL rounds twice: the last bit of an interpolated
+-- percentile can differ (never an order statistic). The cost is a second ordered pass over the tokens.
+-- q: the percentiles in _tokens_gap_pass's order; null on the in-memory path (whose aggregate then runs).
+-- @unless spill_quantiles
+CREATE OR REPLACE TEMP TABLE _tokens_itl_exact AS
+SELECT NULL::DOUBLE[] AS q;
+
+-- @when spill_quantiles
+CREATE OR REPLACE TEMP TABLE _tokens_itl_values AS
+SELECT itl_ms FROM tokens_gaps WHERE emission AND NOT failed;
+
+-- @when spill_quantiles
+CREATE OR REPLACE TEMP TABLE _tokens_itl_exact AS
+WITH hist AS (
+    SELECT floor(log2(itl_ms) * 1024)::BIGINT AS b, count(*) AS c FROM _tokens_itl_values GROUP BY b
+),
+cum AS (SELECT b, c, (sum(c) OVER (ORDER BY b) - c)::BIGINT AS before FROM hist),
+pos AS (
+    -- quantile_cont's position (n - 1) * p and the two order statistics around it (0-based ranks)
+    SELECT i, (n - 1) * p AS h, floor((n - 1) * p)::BIGINT AS lo, ceil((n - 1) * p)::BIGINT AS hi
+    FROM (SELECT sum(c)::BIGINT AS n FROM hist) AS t,
+         (SELECT unnest([0.5, 0.9, 0.95, 0.99, 0.4, 0.6]) AS p, unnest(range(1, 7)) AS i) AS ps
+    WHERE n > 0
+),
+need AS (
+    SELECT DISTINCT cum.b, cum.before
+    FROM (SELECT lo AS r FROM pos UNION SELECT hi FROM pos) AS k
+    JOIN cum ON k.r >= cum.before AND k.r < cum.before + cum.c
+),
+ranked AS (
+    SELECT r, itl_ms FROM (
+        SELECT need.before + row_number() OVER (PARTITION BY need.b ORDER BY v.itl_ms) - 1 AS r, v.itl_ms
+        FROM _tokens_itl_values AS v JOIN need ON floor(log2(v.itl_ms) * 1024)::BIGINT = need.b
+    ) WHERE r IN (SELECT lo FROM pos UNION SELECT hi FROM pos)
+)
+SELECT (SELECT list(CASE WHEN pos.hi = pos.lo THEN l.itl_ms
+                         ELSE l.itl_ms * (1 - (pos.h - pos.lo)) + u.itl_ms * (pos.h - pos.lo) END
+                    ORDER BY pos.i)
+        FROM pos JOIN ranked AS l ON l.r = pos.lo JOIN ranked AS u ON u.r = pos.hi) AS q;
+
+-- @when spill_quantiles
+DROP TABLE _tokens_itl_values;
+
 -- The one ordered pass over the tokens (tokens_gaps) of successful requests, one row: every figure of
 -- tokens_gap_stats, and the lists module tail reads (a sample of the gaps, the stalls).
 CREATE OR REPLACE TEMP TABLE _tokens_gap_pass AS
@@ -285,7 +335,9 @@ WITH s AS (
         count(*) AS gap_tokens,
         count(client_itl_ms) FILTER (WHERE emission) AS client_gaps,
         favg(itl_ms) FILTER (WHERE emission) AS itl_mean_ms,
-        quantile_cont(itl_ms, [0.5, 0.9, 0.95, 0.99, 0.4, 0.6]) FILTER (WHERE emission) AS q,
+        -- in memory unless the spilled path computed them (_tokens_itl_exact): one decision for the pass
+        quantile_cont(itl_ms, [0.5, 0.9, 0.95, 0.99, 0.4, 0.6])
+            FILTER (WHERE emission AND _q_in_memory) AS q,
         count(host_ms) AS host_gaps,
         sum(host_ms) AS host_sum_ms,
         sum(step_ms) FILTER (WHERE host_ms IS NOT NULL) AS host_step_sum_ms,
@@ -327,6 +379,7 @@ WITH s AS (
         list(struct_pack(request_key := request_key, no_step_ms := server_itl_ms - own_ms)) FILTER (WHERE preempted)
             AS stalls
     FROM (SELECT *, step_ms IS NOT NULL OR step_id IS NOT NULL AS _has_step FROM tokens_gaps)
+    CROSS JOIN (SELECT q IS NULL AS _q_in_memory FROM _tokens_itl_exact)
     WHERE NOT failed
 )
 SELECT
@@ -347,7 +400,7 @@ SELECT
     coalesce(step_no_step_ms, 0) AS step_no_step_ms,
     step_stalled_requests, step_stalls, step_longest_stall_ms,
     sampled_gaps, stalls
-FROM s;
+FROM (SELECT * EXCLUDE (q), coalesce((SELECT q FROM _tokens_itl_exact), s.q) AS q FROM s) AS s;
 
 -- @table tokens_gap_stats
 -- The statistics that need tokens in order (they use each token's gap to the
