@@ -191,9 +191,10 @@ SELECT
     coalesce(client_itl_ms, server_itl_ms) > 0 AS emission,
     g.failed,
     step_emission,
-    CASE WHEN step_emission THEN CASE WHEN g.skey < 0 THEN 2 ELSE match_code END END AS step_match,
-    CASE WHEN step_emission THEN own_ns / 1e6 END AS own_ms,
-    CASE WHEN step_emission THEN coalesce(g.slowed_ns, 0) / 1e6 END AS prefill_slowed_ms,
+    -- a positive skey found by the ASOF join is one whose token has no step_id
+    CASE WHEN step_emission THEN CASE WHEN g.skey < 0 THEN 2 WHEN g.step_id IS NULL THEN 1 ELSE 0 END END AS step_match,
+    CASE WHEN step_emission THEN CASE WHEN g.skey > 0 THEN so.dur_ns ELSE g.step_ns END / 1e6 END AS own_ms,
+    CASE WHEN step_emission THEN coalesce(so.slowed_ns, 0) / 1e6 END AS prefill_slowed_ms,
     -- the iterations strictly between the previous forward pass and this one: none when the two
     -- are consecutive steps (the common case, so the previous step is looked up only otherwise)
     CASE WHEN step_emission THEN CASE WHEN _adjacent THEN 0
@@ -217,7 +218,7 @@ FROM (
             step_ns / 1e6 AS step_ms,
             (emit_ns - lag(emit_ns) OVER w) / 1e6 AS server_itl_ms,
             (client_recv_ns - lag(client_recv_ns) OVER w) / 1e6 AS client_itl_ms,
-            failed, match_code, skey, lag(skey) OVER w AS _p_skey, own_ns, slowed_ns
+            failed, skey, lag(skey) OVER w AS _p_skey
         FROM (
             -- Partitioning on the integer request_key, not on (trace, request_id): DuckDB sorts
             -- integers several times faster than strings. (One global sort on a combined
@@ -226,21 +227,20 @@ FROM (
             -- its seq in _steps_seq (positive), by step_id (one integer key), else (no step_id)
             -- the steps row whose start is the latest at or before the token's step_start_ns and
             -- whose end is not before it; without a steps row, minus the token's own step start.
-            -- The ASOF join sorts both sides, so its steps side is empty unless it is needed.
+            -- The ASOF join sorts both sides, so its steps side is empty unless it is needed. What
+            -- the steps row says of the pass (its time, its prefill slowdown) is looked up after the
+            -- sort, by skey: every column carried through it costs memory and time on every token.
             SELECT t.trace, t.request_id, r.request_key, t.index, t.kv_len, t.batch_size, t.step_id,
                 t.step_end_ns - t.step_start_ns AS step_ns, t.emit_ns, t.client_recv_ns, r.failed,
-                (0)::TINYINT AS match_code, coalesce(s.seq, -1 - t.step_start_ns) AS skey,
-                coalesce(s.dur_ns, t.step_end_ns - t.step_start_ns) AS own_ns, s.slowed_ns
+                coalesce(s.seq, -1 - t.step_start_ns) AS skey
             FROM tokens AS t
             JOIN _tokens_requests_ti AS r USING (trace, request_id)
             LEFT JOIN _steps_seq AS s ON s.id_key = r._ti + t.step_id
             WHERE t.step_id IS NOT NULL OR t.step_start_ns IS NULL OR NOT (SELECT by_time FROM _tokens_step_match)
             UNION ALL
             SELECT t.trace, t.request_id, r.request_key, t.index, t.kv_len, t.batch_size, t.step_id,
-                t.step_end_ns - t.step_start_ns, t.emit_ns, t.client_recv_ns, r.failed, (1)::TINYINT,
-                CASE WHEN s.end_ns >= t.step_start_ns THEN s.seq ELSE -1 - t.step_start_ns END,
-                CASE WHEN s.end_ns >= t.step_start_ns THEN s.dur_ns ELSE t.step_end_ns - t.step_start_ns END,
-                CASE WHEN s.end_ns >= t.step_start_ns THEN s.slowed_ns END
+                t.step_end_ns - t.step_start_ns, t.emit_ns, t.client_recv_ns, r.failed,
+                CASE WHEN s.end_ns >= t.step_start_ns THEN s.seq ELSE -1 - t.step_start_ns END
             FROM (SELECT * FROM tokens WHERE step_id IS NULL AND step_start_ns IS NOT NULL
                   AND (SELECT by_time FROM _tokens_step_match)) AS t
             JOIN _tokens_requests_ti AS r USING (trace, request_id)
@@ -252,7 +252,7 @@ FROM (
         WINDOW w AS (PARTITION BY request_key ORDER BY index)
     )
 ) AS g
-LEFT JOIN _steps_seq AS so ON so.seq = CASE WHEN g.step_emission AND NOT g._adjacent AND g.skey > 0 THEN g.skey END
+LEFT JOIN _steps_seq AS so ON so.seq = CASE WHEN g.step_emission AND g.skey > 0 THEN g.skey END
 LEFT JOIN _steps_seq AS sp ON sp.seq = CASE WHEN g.step_emission AND NOT g._adjacent AND g._p_skey > 0 THEN g._p_skey END
 WHERE g.index > 0 AND g.server_itl_ms IS NOT NULL;
 
@@ -368,18 +368,25 @@ WITH s AS (
         -- 4 a forward pass of its own, 8 an ITL measured on the client. Every field costs the pass on every
         -- row, sampled or not (about 0.1 s per 10M tokens each), and a heap of the slowest gaps (max_by with
         -- a count) half as much again as the whole sample: the tail's gaps come from the sample.
-        list(struct_pack(itl_ms := itl_ms, server_itl_ms := server_itl_ms, own_ms := own_ms,
+        -- The structs are built inside a CASE: an aggregate's input is computed on every row before its
+        -- FILTER applies, and a struct of seven fields on 10M rows cost a second of CPU for a few thousand kept.
+        list(CASE WHEN _sampled THEN struct_pack(itl_ms := itl_ms, server_itl_ms := server_itl_ms, own_ms := own_ms,
                          slowed_ms := prefill_slowed_ms, between_prefill_ms := between_prefill_ms,
                          between_other_ms := between_other_ms,
                            flags := (index = 1)::INTEGER + 2 * coalesce(preempted, false)::INTEGER
-                               + 4 * coalesce(step_emission, false)::INTEGER + 8 * (client_itl_ms IS NOT NULL)::INTEGER))
-            FILTER (WHERE emission AND (request_key * 7919 + index) % (SELECT greatest(ceil(coalesce(sum(decode_tokens), 0)
-                / any_value(t.tail_itl_sample)), 1)::BIGINT FROM tokens_requests, _thresholds AS t WHERE NOT failed) = 0)
-            AS sampled_gaps,
-        list(struct_pack(request_key := request_key, no_step_ms := server_itl_ms - own_ms)) FILTER (WHERE preempted)
-            AS stalls
-    FROM (SELECT *, step_ms IS NOT NULL OR step_id IS NOT NULL AS _has_step FROM tokens_gaps)
-    CROSS JOIN (SELECT q IS NULL AS _q_in_memory FROM _tokens_itl_exact)
+                               + 4 * coalesce(step_emission, false)::INTEGER + 8 * (client_itl_ms IS NOT NULL)::INTEGER)
+                  END) FILTER (WHERE _sampled) AS sampled_gaps,
+        list(CASE WHEN preempted THEN struct_pack(request_key := request_key, no_step_ms := server_itl_ms - own_ms) END)
+            FILTER (WHERE preempted) AS stalls
+    FROM (
+        SELECT *, step_ms IS NOT NULL OR step_id IS NOT NULL AS _has_step,
+            emission AND (request_key * 7919 + index) % _every = 0 AS _sampled
+        FROM tokens_gaps
+        CROSS JOIN (SELECT q IS NULL AS _q_in_memory FROM _tokens_itl_exact)
+        CROSS JOIN (SELECT greatest(ceil(coalesce(sum(decode_tokens), 0) / any_value(t.tail_itl_sample)), 1)::BIGINT
+                        AS _every
+                    FROM tokens_requests, _thresholds AS t WHERE NOT failed)
+    )
     WHERE NOT failed
 )
 SELECT

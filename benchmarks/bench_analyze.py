@@ -19,6 +19,8 @@ shape and size in its table) and exits 1 when a target is missed or the numbers 
 
     python benchmarks/bench_analyze.py                          # shapes a-e, 1M and 10M tokens
     python benchmarks/bench_analyze.py --shapes b --tokens 10000000 --runs 3
+    # before/after: the analysis of an older commit runs too, once per shape and size
+    git archive 8ee8ac3 | tar -x -C /tmp/tt-before && python benchmarks/bench_analyze.py --before /tmp/tt-before
     # batched traces: 1,000 requests at 64 slots (~30k steps); 1,000 requests at 2 slots (~500k steps)
     python benchmarks/bench_analyze.py --shapes e --tokens 1000000 --seed 3 --name bench_analyze_1k_requests
     python benchmarks/bench_analyze.py --shapes e --tokens 1000000 --seed 3 --slots 2 --name bench_analyze_500k_steps
@@ -48,12 +50,13 @@ MAX_SCAN_RATIO = 3.0
 MAX_RSS_MIB = 1536
 
 
-def run_measured(cmd: list[str]) -> tuple[float, int, float, str]:
+def run_measured(cmd: list[str], pythonpath: str | None = None) -> tuple[float, int, float, str]:
     """Run ``cmd`` as a child; return (wall s, peak RSS bytes, CPU s user+sys, stdout), rusage from wait4."""
     t = time.perf_counter()
     out_path = Path(f"/tmp/tt-bench-out-{os.getpid()}.json")
+    env = None if pythonpath is None else {**os.environ, "PYTHONPATH": pythonpath}
     with open(os.devnull, "w") as devnull, open(out_path, "w") as out:
-        p = subprocess.Popen(cmd, stdout=out, stderr=devnull)
+        p = subprocess.Popen(cmd, stdout=out, stderr=devnull, env=env)
         _, status, usage = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t
     if os.waitstatus_to_exitcode(status):
@@ -102,6 +105,9 @@ class Row:
     scan_wall: float
     runs: int
     load: float
+    before_wall: float | None = None
+    before_cpu: float | None = None
+    before_rss_mib: float | None = None
 
     @property
     def pandas_ratio(self) -> float:
@@ -128,8 +134,16 @@ class Row:
         return out
 
 
-def measure(trace: Path, shape: str, tokens: int, runs: int, pandas_runs: int) -> tuple[Row, list[str]]:
-    """Alternate tracetool, the scan and pandas on ``trace``; the row and any result mismatch."""
+def measure(trace: Path, shape: str, tokens: int, runs: int, pandas_runs: int,
+            before: Path | None = None) -> tuple[Row, list[str]]:
+    """Alternate tracetool, the scan and pandas (and tracetool from ``before``, another checkout, once)
+    on ``trace``; the row and any result mismatch."""
+    before_run: tuple[float, int, float] | None = None
+    if before is not None:
+        w, r, c, _ = run_measured([*TOOL, "analyze", "--json", str(trace)], pythonpath=str(before))
+        before_run = (w, r, c)
+        print(f"  [{shape} {tokens:,}] BEFORE analyze --json       : {w:6.2f} s wall, {c:6.2f} s CPU, "
+              f"peak RSS {r / 2**20:6.0f} MiB", flush=True)
     duck: list[tuple[float, int, float]] = []
     scan: list[float] = []
     pand: list[float] = []
@@ -154,6 +168,8 @@ def measure(trace: Path, shape: str, tokens: int, runs: int, pandas_runs: int) -
               cpu=statistics.median(x[2] for x in duck), rss_mib=max(x[1] for x in duck) / 2**20,
               pandas_wall=statistics.median(pand), scan_wall=statistics.median(scan), runs=runs,
               load=os.getloadavg()[0])
+    if before_run is not None:
+        row.before_wall, row.before_rss_mib, row.before_cpu = before_run[0], before_run[1] / 2**20, before_run[2]
     return row, mismatches
 
 
@@ -167,6 +183,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="seed of the generated traces")
     ap.add_argument("--name", default="bench_analyze", help="results file: benchmarks/results/NAME.json")
     ap.add_argument("--no-result", action="store_true", help="do not write benchmarks/results/NAME.json")
+    ap.add_argument("--before", type=Path, default=None,
+                    help="another checkout (e.g. git archive of an older commit) whose analyze also runs, once per "
+                         "shape and size, for before/after columns")
     a = ap.parse_args()
     if not set(a.shapes) <= set(SHAPE_NAMES):
         raise SystemExit(f"--shapes: letters among {''.join(SHAPE_NAMES)}")
@@ -175,7 +194,7 @@ def main() -> None:
     for tokens in a.tokens:
         for shape in a.shapes:
             trace = _trace(shape, tokens, a.slots, a.seed)
-            row, bad = measure(trace, shape, tokens, a.runs, max(1, min(a.pandas_runs, a.runs)))
+            row, bad = measure(trace, shape, tokens, a.runs, max(1, min(a.pandas_runs, a.runs)), a.before)
             rows.append(row)
             mismatches += bad
     print()
@@ -194,7 +213,8 @@ def main() -> None:
 
 
 COLUMNS = ["shape", "tokens", "tracetool wall s", "s per 10M tokens", "CPU s", "peak RSS MiB", "pandas wall s",
-           "pandas / tracetool", "scan wall s", "tracetool / scan", "load (1 min)", "targets"]
+           "pandas / tracetool", "scan wall s", "tracetool / scan", "before: wall s, CPU s, MiB", "load (1 min)",
+           "targets"]
 
 
 def table_rows(rows: list[Row]) -> list[list[str]]:
@@ -204,6 +224,8 @@ def table_rows(rows: list[Row]) -> list[list[str]]:
         out.append([f"{r.shape}: {SHAPE_NAMES[r.shape]}", f"{r.tokens:,}", f"{r.wall:.2f}",
                     f"{r.wall * 10_000_000 / r.tokens:.2f}", f"{r.cpu:.2f}", f"{r.rss_mib:,.0f}",
                     f"{r.pandas_wall:.2f}", f"{r.pandas_ratio:.1f}x", f"{r.scan_wall:.2f}", f"{r.scan_ratio:.1f}x",
+                    "" if r.before_wall is None else
+                    f"{r.before_wall:.2f}, {r.before_cpu:.2f}, {r.before_rss_mib:,.0f}",
                     f"{r.load:.1f}", verdict])
     return out
 
