@@ -231,18 +231,18 @@ def analyze(traces: TraceArg | Iterable[TraceArg], options: AnalysisOptions | No
     specs = opts.claim_specs()
     th = opts.thresholds
     roof = [opts.roofline(t.meta) for t in opened]
-    memory_limit = opts.memory_limit
+    memory_limit, spill = opts.memory_limit, opts.spill
     labels = list(labels) if labels is not None else labels_for(opened)
     if len(labels) != len(opened) or len(set(labels)) != len(labels):
         raise ValueError("labels: one distinct label per trace")
     for t in opened:
         check_usable(t)
     if len(opened) == 1:
-        combined = _run(opened, labels, roof, th, specs, labels[0], session, memory_limit)
+        combined = _run(opened, labels, roof, th, specs, labels[0], session, memory_limit, spill)
         combined.traces = [combined]
         return combined
     if not per_trace:
-        return _run(opened, labels, roof, th, specs, "all", session, memory_limit)
+        return _run(opened, labels, roof, th, specs, "all", session, memory_limit, spill)
     # all together and each alone: separate DuckDB connections, which release the GIL while they
     # plan and run, so they go side by side (three small traces: 0.79 s one after the other,
     # 0.47 s in three threads on two cores)
@@ -252,11 +252,11 @@ def analyze(traces: TraceArg | Iterable[TraceArg], options: AnalysisOptions | No
     if memory_limit is not None and not is_small(opened):
         # under a memory limit the analysis of everything, the largest, gets all of it, alone;
         # the traces' own analyses then share it
-        first, jobs = [_run(opened, labels, roof, th, specs, "all", None, memory_limit)], jobs[1:]
+        first, jobs = [_run(opened, labels, roof, th, specs, "all", None, memory_limit, spill)], jobs[1:]
     workers = min(len(jobs), MAX_PARALLEL, parallel_within(memory_limit))
     share = None if memory_limit is None else memory_limit // workers
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tracetool-analyze") as ex:
-        done = first + list(ex.map(lambda j: _run(j[0], j[1], j[2], th, specs, j[3], None, share), jobs))
+        done = first + list(ex.map(lambda j: _run(j[0], j[1], j[2], th, specs, j[3], None, share, spill), jobs))
     combined = done[0]
     combined.traces = done[1:]
     return combined
@@ -273,21 +273,21 @@ def parallel_within(memory_limit: int | None) -> int:
 
 def _run(traces: list[Trace], labels: list[str], roof: list[RooflineInputs], th: Thresholds,
          specs: list[ClaimSpec], label: str, session: Session | None = None,
-         memory_limit: int | None = None) -> Analysis:
+         memory_limit: int | None = None, spill: bool | None = None) -> Analysis:
     lock = session.lock if session is not None else threading.Lock()
     with lock:  # a session's connection serves one user at a time
-        con = _connect(traces, labels, roof, th, specs, session, memory_limit)
+        con = _connect(traces, labels, roof, th, specs, session, memory_limit, spill)
         return _collect(con, traces, roof, th, label, lock)
 
 
 def _connect(traces: list[Trace], labels: list[str], roof: list[RooflineInputs], th: Thresholds,
              specs: list[ClaimSpec], session: Session | None,
-             memory_limit: int | None = None) -> duckdb.DuckDBPyConnection:
+             memory_limit: int | None = None, spill: bool | None = None) -> duckdb.DuckDBPyConnection:
     try:
         if session is not None:
             return session.connect(traces, roofline=roof, thresholds=th, claims=specs, labels=labels)
         return connect(traces, roofline=roof, thresholds=th, claims=specs, labels=labels,
-                       memory_limit=memory_limit)
+                       memory_limit=memory_limit, spill=spill)
     except duckdb.Error as e:  # a trace whose values break an analyzer: say which, no traceback
         raise BadInput(f"{named(t.path for t in traces)}: cannot analyse ({_line(e)})") from e
 

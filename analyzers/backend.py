@@ -54,7 +54,7 @@ class DuckDBBackend:
 
         roof = [self.options.roofline(t.meta) for t in traces]
         return _run(list(traces), list(labels), roof, self.options.thresholds, self._specs, label, None,
-                    memory_limit)
+                    memory_limit, self.options.spill)
 
 
 class SparkBackend:

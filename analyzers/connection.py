@@ -80,9 +80,27 @@ def is_small(traces: Sequence[Trace]) -> bool:
     return sum(t.rows(name) for t in traces for name in t.table_names()) < SINGLE_THREAD_ROWS
 
 
+#: The exact per-token ITL percentiles take 8 bytes per token in memory (quantile_cont's state); past
+#: this share of a memory limit they are computed from a table DuckDB spills instead (analyzers/tokens.sql,
+#: flag ``spill_quantiles``), at the cost of a second ordered pass over the tokens: with 2 GB, from about
+#: 27M tokens; with the CLI's default limit (half of a 24 GB machine's memory), from about 150M.
+QUANTILE_MEMORY_SHARE = 0.1
+#: Bytes per token of the in-memory exact quantile.
+QUANTILE_BYTES_PER_TOKEN = 8
+
+
+def spill_quantiles(traces: Sequence[Trace], memory_limit: int | None) -> bool:
+    """Whether the exact ITL percentiles take the spilled path (see :data:`QUANTILE_MEMORY_SHARE`)."""
+    if memory_limit is None:
+        return False
+    tokens = sum(t.rows("tokens") for t in traces)
+    return QUANTILE_BYTES_PER_TOKEN * tokens > QUANTILE_MEMORY_SHARE * memory_limit
+
+
 def connect(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | None = None,
             thresholds: Thresholds | None = None, claims: Sequence[ClaimSpec] = (),
-            labels: Sequence[str] | None = None, memory_limit: int | None = None) -> duckdb.DuckDBPyConnection:
+            labels: Sequence[str] | None = None, memory_limit: int | None = None,
+            spill: bool | None = None) -> duckdb.DuckDBPyConnection:
     """Register ``traces`` and run every analyzer module; returns the connection.
 
     Args:
@@ -93,13 +111,15 @@ def connect(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | Non
         labels: trace labels (default: :func:`labels_for`).
         memory_limit: bytes DuckDB may hold (default: DuckDB's own, most of RAM); past it,
             sorts, joins and windows spill to a temporary directory (:func:`spill_directory`).
+        spill: compute the exact ITL percentiles from a spilled table (True) or in memory (False);
+            default: decided from the tokens and the memory limit (:func:`spill_quantiles`).
 
     The connection has external access disabled. The trace tables are registered on
     this connection only (a ``con.cursor()`` does not see them), and a connection is
     not thread-safe: use it from one thread at a time (``Analysis.query`` holds a lock).
     """
     return _open(traces, roofline=roofline, thresholds=thresholds, claims=claims, labels=labels,
-                 memory_limit=memory_limit)[0]
+                 memory_limit=memory_limit, spill=spill)[0]
 
 
 _spill_dir: str | None = None
@@ -121,7 +141,7 @@ def spill_directory() -> str:
 
 def _open(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | None, thresholds: Thresholds | None,
           claims: Sequence[ClaimSpec], labels: Sequence[str] | None,
-          memory_limit: int | None = None) -> tuple[duckdb.DuckDBPyConnection, set[str]]:
+          memory_limit: int | None = None, spill: bool | None = None) -> tuple[duckdb.DuckDBPyConnection, set[str]]:
     """:func:`connect`, and the names the traces' tables were registered under."""
     from analyzers.params import roofline_inputs
 
@@ -155,7 +175,8 @@ def _open(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | None,
     if lazy:  # the lazy tables' Parquet files stay readable, nothing else
         con.execute("SET allowed_paths = [" + ", ".join(_lit(f) for f in lazy) + "]")
     con.execute("SET enable_external_access = false; SET python_enable_replacements = false")
-    run_all(con, _disabled(small))
+    spill = spill_quantiles(traces, memory_limit) if spill is None else spill
+    run_all(con, _disabled(small), frozenset({"spill_quantiles"}) if spill else frozenset())
     return con, registered
 
 

@@ -13,6 +13,10 @@ Public names start with the module's name; helpers start with ``_`` and need no
 docs. A test compares every documented column list with ``DESCRIBE`` of the
 object, so the comments cannot drift from the SQL. Statements end with ``;`` at
 the end of a line.
+
+A statement preceded by ``-- @when FLAG`` runs only when the analysis sets that flag, one
+preceded by ``-- @unless FLAG`` only when it does not (:data:`FLAGS`): a choice made once per
+analysis from what it is given (the memory limit, the traces' size), never per row.
 """
 
 from __future__ import annotations
@@ -35,9 +39,16 @@ TAIL_MODULES = ("tail", "tail_findings")
 #: Tables of those modules that hold no trace data (lists and catalogues): kept as they are.
 TAIL_STATIC_TABLES = ("_tail_parts", "_tail_feature_names", "tail_findings_catalogue")
 
+#: Flags a statement may depend on (``-- @when FLAG`` / ``-- @unless FLAG``).
+#: ``spill_quantiles``: the exact per-token ITL percentiles from a table DuckDB can spill past its
+#: memory limit instead of an in-memory aggregate of 8 bytes per token (analyzers.connection).
+FLAGS = ("spill_quantiles",)
+
 _OBJECT_RE = re.compile(r"^--\s*@(view|table)\s+([a-z_][a-z0-9_]*)\s*$")
 _COLUMN_RE = re.compile(r"^--\s*@column\s+([a-z_][a-z0-9_]*)\s*:\s*(.+?)\s*$")
 _STATEMENT_END_RE = re.compile(r";[ \t]*$", re.MULTILINE)
+_CONDITION_RE = re.compile(r"^\s*--\s*@(when|unless)\s+([a-z_]+)\s*$")
+_CONDITION_MARK_RE = re.compile(r"^/\*@(when|unless) ([a-z_]+)\*/\s*")
 
 
 @dataclass(frozen=True)
@@ -55,15 +66,24 @@ class SqlObject:
 class Module:
     name: str
     text: str
+    #: The statements an analysis without flags runs (``-- @when`` ones left out).
     statements: tuple[str, ...]
     objects: tuple[SqlObject, ...]
+    #: Every statement with its condition: (``"when"`` or ``"unless"``, flag), or None.
+    parts: tuple[tuple[tuple[str, str] | None, str], ...] = ()
+
+    def statements_for(self, flags: frozenset[str] = frozenset()) -> tuple[str, ...]:
+        """The statements an analysis with ``flags`` set runs, in order."""
+        return tuple(stmt for cond, stmt in self.parts if _holds(cond, flags))
 
 
 @cache
 def load(name: str) -> Module:
     """Read and parse ``analyzers/<name>.sql``."""
     text = resources.files("analyzers").joinpath(f"{name}.sql").read_text(encoding="utf-8")
-    return Module(name, text, _statements(text), _objects(name, text))
+    parts = _parts(text)
+    return Module(name, text, tuple(stmt for cond, stmt in parts if _holds(cond, frozenset())),
+                  _objects(name, text), parts)
 
 
 def all_modules() -> tuple[Module, ...]:
@@ -88,7 +108,7 @@ DISABLED_OPTIMIZERS = "join_order"
 SMALL_DISABLED_OPTIMIZERS = "join_order,common_subexpressions,statistics_propagation,expression_rewriter,common_subplan"
 
 
-def run_all(con: Any, disabled: str = DISABLED_OPTIMIZERS) -> None:
+def run_all(con: Any, disabled: str = DISABLED_OPTIMIZERS, flags: frozenset[str] = frozenset()) -> None:
     """Create every module's objects in ``con``, in dependency order.
 
     The statements go to DuckDB as one script, so the calling thread gives up the GIL once
@@ -98,21 +118,44 @@ def run_all(con: Any, disabled: str = DISABLED_OPTIMIZERS) -> None:
     """
     con.execute(f"SET disabled_optimizers = '{disabled}'")
     try:
-        con.execute(script())
+        con.execute(script(flags))
     finally:
         con.execute("RESET disabled_optimizers")
 
 
 @cache
-def script() -> str:
-    """Every module's statements, in run order, as one SQL script."""
-    return "".join(f"{stmt};\n" for m in all_modules() for stmt in m.statements)
+def script(flags: frozenset[str] = frozenset()) -> str:
+    """Every module's statements for ``flags``, in run order, as one SQL script."""
+    unknown = set(flags) - set(FLAGS)
+    if unknown:
+        raise ValueError(f"unknown module flags: {sorted(unknown)}")
+    return "".join(f"{stmt};\n" for m in all_modules() for stmt in m.statements_for(flags))
 
 
-def _statements(text: str) -> tuple[str, ...]:
-    body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
-    parts = _STATEMENT_END_RE.split(body)
-    return tuple(p.strip() for p in parts if p.strip())
+def _holds(cond: tuple[str, str] | None, flags: frozenset[str]) -> bool:
+    return cond is None or (cond[1] in flags) == (cond[0] == "when")
+
+
+def _parts(text: str) -> tuple[tuple[tuple[str, str] | None, str], ...]:
+    """The statements of a module's text, each with its ``@when``/``@unless`` condition."""
+    lines = []
+    for line in text.splitlines():
+        c = _CONDITION_RE.match(line)
+        if c:  # kept through the comment stripping as a mark at the start of its statement
+            lines.append(f"/*@{c.group(1)} {c.group(2)}*/")
+        elif not line.lstrip().startswith("--"):
+            lines.append(line)
+    out: list[tuple[tuple[str, str] | None, str]] = []
+    for part in _STATEMENT_END_RE.split("\n".join(lines)):
+        part = part.strip()
+        if not part:
+            continue
+        m = _CONDITION_MARK_RE.match(part)
+        cond = (m.group(1), m.group(2)) if m else None
+        if cond is not None and cond[1] not in FLAGS:
+            raise ValueError(f"unknown module flag {cond[1]!r}")
+        out.append((cond, part[m.end():].strip() if m else part))
+    return tuple(out)
 
 
 def _objects(module: str, text: str) -> tuple[SqlObject, ...]:

@@ -35,6 +35,9 @@ class AnalysisOptions:
             parsed :class:`ClaimSpec`).
         thresholds: verdict and finding thresholds.
         memory_limit: bytes DuckDB may hold before it spills (None: DuckDB's default).
+        spill: the exact ITL percentiles from a table DuckDB can spill (True) or from memory
+            (False); None: spilled past a share of ``memory_limit``
+            (:func:`analyzers.connection.spill_quantiles`). The numbers are the same either way.
         engine: ``duckdb`` or ``spark`` (:mod:`analyzers.backend` opens it).
         spark_master: the Spark master URL for ``engine="spark"`` (None: ``local[*]``).
     """
@@ -47,6 +50,7 @@ class AnalysisOptions:
     claims: tuple[str | ClaimSpec, ...] = ()
     thresholds: Thresholds = field(default_factory=Thresholds)
     memory_limit: int | None = None
+    spill: bool | None = None
     engine: str = "duckdb"
     spark_master: str | None = None
 

@@ -145,6 +145,14 @@ SELECT * EXCLUDE (ti, n),
     CASE WHEN prefill_tokens > 0 THEN greatest(dur_ns - coalesce(decode_only_ns, dur_ns), 0) ELSE 0 END AS slowed_ns
 FROM s;
 
+-- Whether tokens without step_id are matched to steps rows by time (the ASOF branch of tokens_gaps),
+-- decided once per analysis from what the traces contain: only when some trace has steps rows. Without
+-- them (a third-party engine's first trace: step times, no step ids, no steps table) those tokens take
+-- the step_id branch, whose lookup finds nothing, with the same result as an ASOF join that matches
+-- nothing, and the ASOF join's sort of every such token on both sides is not run.
+CREATE OR REPLACE TEMP TABLE _tokens_step_match AS
+SELECT count(*) > 0 AS by_time FROM _steps_seq;
+
 -- @view tokens_gaps
 -- One row per token that has a predecessor in its request (index > 0): the
 -- inter-token latency and, where step times exist, the host time between steps.
@@ -183,9 +191,10 @@ SELECT
     coalesce(client_itl_ms, server_itl_ms) > 0 AS emission,
     g.failed,
     step_emission,
-    CASE WHEN step_emission THEN CASE WHEN g.skey < 0 THEN 2 ELSE match_code END END AS step_match,
-    CASE WHEN step_emission THEN own_ns / 1e6 END AS own_ms,
-    CASE WHEN step_emission THEN coalesce(g.slowed_ns, 0) / 1e6 END AS prefill_slowed_ms,
+    -- a positive skey found by the ASOF join is one whose token has no step_id
+    CASE WHEN step_emission THEN CASE WHEN g.skey < 0 THEN 2 WHEN g.step_id IS NULL THEN 1 ELSE 0 END END AS step_match,
+    CASE WHEN step_emission THEN CASE WHEN g.skey > 0 THEN so.dur_ns ELSE g.step_ns END / 1e6 END AS own_ms,
+    CASE WHEN step_emission THEN coalesce(so.slowed_ns, 0) / 1e6 END AS prefill_slowed_ms,
     -- the iterations strictly between the previous forward pass and this one: none when the two
     -- are consecutive steps (the common case, so the previous step is looked up only otherwise)
     CASE WHEN step_emission THEN CASE WHEN _adjacent THEN 0
@@ -209,7 +218,7 @@ FROM (
             step_ns / 1e6 AS step_ms,
             (emit_ns - lag(emit_ns) OVER w) / 1e6 AS server_itl_ms,
             (client_recv_ns - lag(client_recv_ns) OVER w) / 1e6 AS client_itl_ms,
-            failed, match_code, skey, lag(skey) OVER w AS _p_skey, own_ns, slowed_ns
+            failed, skey, lag(skey) OVER w AS _p_skey
         FROM (
             -- Partitioning on the integer request_key, not on (trace, request_id): DuckDB sorts
             -- integers several times faster than strings. (One global sort on a combined
@@ -218,22 +227,22 @@ FROM (
             -- its seq in _steps_seq (positive), by step_id (one integer key), else (no step_id)
             -- the steps row whose start is the latest at or before the token's step_start_ns and
             -- whose end is not before it; without a steps row, minus the token's own step start.
-            -- The ASOF join sorts both sides, so its steps side is empty unless it is needed.
+            -- The ASOF join sorts both sides, so its steps side is empty unless it is needed. What
+            -- the steps row says of the pass (its time, its prefill slowdown) is looked up after the
+            -- sort, by skey: every column carried through it costs memory and time on every token.
             SELECT t.trace, t.request_id, r.request_key, t.index, t.kv_len, t.batch_size, t.step_id,
                 t.step_end_ns - t.step_start_ns AS step_ns, t.emit_ns, t.client_recv_ns, r.failed,
-                (0)::TINYINT AS match_code, coalesce(s.seq, -1 - t.step_start_ns) AS skey,
-                coalesce(s.dur_ns, t.step_end_ns - t.step_start_ns) AS own_ns, s.slowed_ns
+                coalesce(s.seq, -1 - t.step_start_ns) AS skey
             FROM tokens AS t
             JOIN _tokens_requests_ti AS r USING (trace, request_id)
             LEFT JOIN _steps_seq AS s ON s.id_key = r._ti + t.step_id
-            WHERE t.step_id IS NOT NULL OR t.step_start_ns IS NULL
+            WHERE t.step_id IS NOT NULL OR t.step_start_ns IS NULL OR NOT (SELECT by_time FROM _tokens_step_match)
             UNION ALL
             SELECT t.trace, t.request_id, r.request_key, t.index, t.kv_len, t.batch_size, t.step_id,
-                t.step_end_ns - t.step_start_ns, t.emit_ns, t.client_recv_ns, r.failed, (1)::TINYINT,
-                CASE WHEN s.end_ns >= t.step_start_ns THEN s.seq ELSE -1 - t.step_start_ns END,
-                CASE WHEN s.end_ns >= t.step_start_ns THEN s.dur_ns ELSE t.step_end_ns - t.step_start_ns END,
-                CASE WHEN s.end_ns >= t.step_start_ns THEN s.slowed_ns END
-            FROM (SELECT * FROM tokens WHERE step_id IS NULL AND step_start_ns IS NOT NULL) AS t
+                t.step_end_ns - t.step_start_ns, t.emit_ns, t.client_recv_ns, r.failed,
+                CASE WHEN s.end_ns >= t.step_start_ns THEN s.seq ELSE -1 - t.step_start_ns END
+            FROM (SELECT * FROM tokens WHERE step_id IS NULL AND step_start_ns IS NOT NULL
+                  AND (SELECT by_time FROM _tokens_step_match)) AS t
             JOIN _tokens_requests_ti AS r USING (trace, request_id)
             ASOF LEFT JOIN (SELECT trace, start_ns, end_ns, seq, dur_ns, slowed_ns FROM _steps_seq
                             WHERE (SELECT count(*) FROM tokens
@@ -243,7 +252,7 @@ FROM (
         WINDOW w AS (PARTITION BY request_key ORDER BY index)
     )
 ) AS g
-LEFT JOIN _steps_seq AS so ON so.seq = CASE WHEN g.step_emission AND NOT g._adjacent AND g.skey > 0 THEN g.skey END
+LEFT JOIN _steps_seq AS so ON so.seq = CASE WHEN g.step_emission AND g.skey > 0 THEN g.skey END
 LEFT JOIN _steps_seq AS sp ON sp.seq = CASE WHEN g.step_emission AND NOT g._adjacent AND g._p_skey > 0 THEN g._p_skey END
 WHERE g.index > 0 AND g.server_itl_ms IS NOT NULL;
 
@@ -267,6 +276,56 @@ FROM tokens_gaps
 WHERE emission
 GROUP BY trace, request_id, request_key;
 
+-- The exact ITL percentiles of the spilled path (flag spill_quantiles, analyzers.connection): an
+-- in-memory quantile holds 8 bytes per emission however low the memory limit is, so past a share of
+-- it the gaps go to a table DuckDB spills to disk, and the percentiles are read from it in two scans:
+-- a histogram of fine buckets (1024 per octave of itl_ms, which is above 0 on every emission), then
+-- only the values of the buckets that hold the ranks quantile_cont interpolates between, ordered
+-- within their bucket. The same order statistics and the interpolation DuckDB's source writes
+-- (lo * (1 - f) + hi * f), so the same numbers, except that a DuckDB build may fuse that expression
+-- into one multiply-add and round once where SQL rounds twice: the last bit of an interpolated
+-- percentile can differ (never an order statistic). The cost is a second ordered pass over the tokens.
+-- q: the percentiles in _tokens_gap_pass's order; null on the in-memory path (whose aggregate then runs).
+-- @unless spill_quantiles
+CREATE OR REPLACE TEMP TABLE _tokens_itl_exact AS
+SELECT NULL::DOUBLE[] AS q;
+
+-- @when spill_quantiles
+CREATE OR REPLACE TEMP TABLE _tokens_itl_values AS
+SELECT itl_ms FROM tokens_gaps WHERE emission AND NOT failed;
+
+-- @when spill_quantiles
+CREATE OR REPLACE TEMP TABLE _tokens_itl_exact AS
+WITH hist AS (
+    SELECT floor(log2(itl_ms) * 1024)::BIGINT AS b, count(*) AS c FROM _tokens_itl_values GROUP BY b
+),
+cum AS (SELECT b, c, (sum(c) OVER (ORDER BY b) - c)::BIGINT AS before FROM hist),
+pos AS (
+    -- quantile_cont's position (n - 1) * p and the two order statistics around it (0-based ranks)
+    SELECT i, (n - 1) * p AS h, floor((n - 1) * p)::BIGINT AS lo, ceil((n - 1) * p)::BIGINT AS hi
+    FROM (SELECT sum(c)::BIGINT AS n FROM hist) AS t,
+         (SELECT unnest([0.5, 0.9, 0.95, 0.99, 0.4, 0.6]) AS p, unnest(range(1, 7)) AS i) AS ps
+    WHERE n > 0
+),
+need AS (
+    SELECT DISTINCT cum.b, cum.before
+    FROM (SELECT lo AS r FROM pos UNION SELECT hi FROM pos) AS k
+    JOIN cum ON k.r >= cum.before AND k.r < cum.before + cum.c
+),
+ranked AS (
+    SELECT r, itl_ms FROM (
+        SELECT need.before + row_number() OVER (PARTITION BY need.b ORDER BY v.itl_ms) - 1 AS r, v.itl_ms
+        FROM _tokens_itl_values AS v JOIN need ON floor(log2(v.itl_ms) * 1024)::BIGINT = need.b
+    ) WHERE r IN (SELECT lo FROM pos UNION SELECT hi FROM pos)
+)
+SELECT (SELECT list(CASE WHEN pos.hi = pos.lo THEN l.itl_ms
+                         ELSE l.itl_ms * (1 - (pos.h - pos.lo)) + u.itl_ms * (pos.h - pos.lo) END
+                    ORDER BY pos.i)
+        FROM pos JOIN ranked AS l ON l.r = pos.lo JOIN ranked AS u ON u.r = pos.hi) AS q;
+
+-- @when spill_quantiles
+DROP TABLE _tokens_itl_values;
+
 -- The one ordered pass over the tokens (tokens_gaps) of successful requests, one row: every figure of
 -- tokens_gap_stats, and the lists module tail reads (a sample of the gaps, the stalls).
 CREATE OR REPLACE TEMP TABLE _tokens_gap_pass AS
@@ -276,7 +335,9 @@ WITH s AS (
         count(*) AS gap_tokens,
         count(client_itl_ms) FILTER (WHERE emission) AS client_gaps,
         favg(itl_ms) FILTER (WHERE emission) AS itl_mean_ms,
-        quantile_cont(itl_ms, [0.5, 0.9, 0.95, 0.99, 0.4, 0.6]) FILTER (WHERE emission) AS q,
+        -- in memory unless the spilled path computed them (_tokens_itl_exact): one decision for the pass
+        quantile_cont(itl_ms, [0.5, 0.9, 0.95, 0.99, 0.4, 0.6])
+            FILTER (WHERE emission AND _q_in_memory) AS q,
         count(host_ms) AS host_gaps,
         sum(host_ms) AS host_sum_ms,
         sum(step_ms) FILTER (WHERE host_ms IS NOT NULL) AS host_step_sum_ms,
@@ -307,17 +368,25 @@ WITH s AS (
         -- 4 a forward pass of its own, 8 an ITL measured on the client. Every field costs the pass on every
         -- row, sampled or not (about 0.1 s per 10M tokens each), and a heap of the slowest gaps (max_by with
         -- a count) half as much again as the whole sample: the tail's gaps come from the sample.
-        list(struct_pack(itl_ms := itl_ms, server_itl_ms := server_itl_ms, own_ms := own_ms,
+        -- The structs are built inside a CASE: an aggregate's input is computed on every row before its
+        -- FILTER applies, and a struct of seven fields on 10M rows cost a second of CPU for a few thousand kept.
+        list(CASE WHEN _sampled THEN struct_pack(itl_ms := itl_ms, server_itl_ms := server_itl_ms, own_ms := own_ms,
                          slowed_ms := prefill_slowed_ms, between_prefill_ms := between_prefill_ms,
                          between_other_ms := between_other_ms,
                            flags := (index = 1)::INTEGER + 2 * coalesce(preempted, false)::INTEGER
-                               + 4 * coalesce(step_emission, false)::INTEGER + 8 * (client_itl_ms IS NOT NULL)::INTEGER))
-            FILTER (WHERE emission AND (request_key * 7919 + index) % (SELECT greatest(ceil(coalesce(sum(decode_tokens), 0)
-                / any_value(t.tail_itl_sample)), 1)::BIGINT FROM tokens_requests, _thresholds AS t WHERE NOT failed) = 0)
-            AS sampled_gaps,
-        list(struct_pack(request_key := request_key, no_step_ms := server_itl_ms - own_ms)) FILTER (WHERE preempted)
-            AS stalls
-    FROM (SELECT *, step_ms IS NOT NULL OR step_id IS NOT NULL AS _has_step FROM tokens_gaps)
+                               + 4 * coalesce(step_emission, false)::INTEGER + 8 * (client_itl_ms IS NOT NULL)::INTEGER)
+                  END) FILTER (WHERE _sampled) AS sampled_gaps,
+        list(CASE WHEN preempted THEN struct_pack(request_key := request_key, no_step_ms := server_itl_ms - own_ms) END)
+            FILTER (WHERE preempted) AS stalls
+    FROM (
+        SELECT *, step_ms IS NOT NULL OR step_id IS NOT NULL AS _has_step,
+            emission AND (request_key * 7919 + index) % _every = 0 AS _sampled
+        FROM tokens_gaps
+        CROSS JOIN (SELECT q IS NULL AS _q_in_memory FROM _tokens_itl_exact)
+        CROSS JOIN (SELECT greatest(ceil(coalesce(sum(decode_tokens), 0) / any_value(t.tail_itl_sample)), 1)::BIGINT
+                        AS _every
+                    FROM tokens_requests, _thresholds AS t WHERE NOT failed)
+    )
     WHERE NOT failed
 )
 SELECT
@@ -338,7 +407,7 @@ SELECT
     coalesce(step_no_step_ms, 0) AS step_no_step_ms,
     step_stalled_requests, step_stalls, step_longest_stall_ms,
     sampled_gaps, stalls
-FROM s;
+FROM (SELECT * EXCLUDE (q), coalesce((SELECT q FROM _tokens_itl_exact), s.q) AS q FROM s) AS s;
 
 -- @table tokens_gap_stats
 -- The statistics that need tokens in order (they use each token's gap to the

@@ -10,6 +10,21 @@ IPC streams in 65,536-row batches, as ``TraceWriter`` does. Client spans and
 
     python benchmarks/gen_trace.py /tmp/tt-bench-10m --tokens 10000000
 
+``--shape`` picks which of the format's shapes is written (the same engine and numbers underneath):
+
+* ``a``: a batched server's own trace: server spans, tokens with ``step_id``, a ``steps`` table,
+  GPU samples (what tracetool's collectors write on an engine);
+* ``b``: what a third-party engine writes first, with plain pyarrow: server spans and tokens with
+  ``step_start_ns``/``step_end_ns`` but no ``step_id`` column and no ``steps`` table, no client
+  clock, 500 tokens per request on average;
+* ``c``: a client-only trace, as ``tracetool probe`` writes against a server that reports nothing:
+  ``client.request`` spans, tokens with ``client_recv_ns`` (``emit_ns`` the same instant), no step
+  times, no batch sizes;
+* ``d``: shape ``a`` with 256 sequences per step instead of 64 (many requests per step);
+* ``e``: a merged client+server trace (``tracetool merge``): shape ``a`` plus ``client.request``
+  spans, ``tokens.client_recv_ns`` and a ``clock_offsets`` table (the default, and the shape
+  this generator always wrote).
+
 Generated data is synthetic and says so in ``meta.json`` (``notes``).
 """
 
@@ -31,11 +46,22 @@ WEIGHT_BYTES = (8.03e9 - 128256 * 4096) * 2
 KV_BYTES = 131_072
 CLIENT_OFFSET_NS = 7_000_000_000_000  # the client's clock is unrelated to the server's
 T0 = 1_700_000_000_000_000_000
+#: Which shape (see the module docstring) has what: (step ids and a steps table, step times,
+#: server spans, client clock, concurrent sequences, mean output tokens per request).
+SHAPES = {
+    "a": dict(steps=True, step_times=True, server=True, client=False, slots=64, mean_out=1000),
+    "b": dict(steps=False, step_times=True, server=True, client=False, slots=64, mean_out=500),
+    "c": dict(steps=False, step_times=False, server=False, client=True, slots=64, mean_out=1000),
+    "d": dict(steps=True, step_times=True, server=True, client=False, slots=256, mean_out=1000),
+    "e": dict(steps=True, step_times=True, server=True, client=True, slots=64, mean_out=1000),
+}
 
 
-def generate(out: Path, tokens: int, slots: int = 64, seed: int = 0) -> dict[str, int]:
+def generate(out: Path, tokens: int, slots: int | None = None, seed: int = 0, shape: str = "e") -> dict[str, int]:
+    sh = SHAPES[shape]
+    slots = int(sh["slots"]) if slots is None else slots
     rng = np.random.default_rng(seed)
-    mean_out = 1000
+    mean_out = int(sh["mean_out"])
     n_req = max(1, tokens // mean_out)
     out_len = rng.integers(200, 2 * mean_out - 200 + 1, n_req)
     # exact total: scale to it, then put the rounding remainder on the longest requests
@@ -75,13 +101,17 @@ def generate(out: Path, tokens: int, slots: int = 64, seed: int = 0) -> dict[str
     recv = emit + CLIENT_OFFSET_NS + one_way[req_of_tok] + rng.integers(0, 200_000, tokens)
     names = pa.array([f"cmpl-{i:07d}" for i in range(n_req)], pa.string())
     out.mkdir(parents=True, exist_ok=True)
-    tok_cols = {
-        "request_id": names.take(pa.array(req_of_tok)), "index": pa.array(index, pa.int32()),
-        "emit_ns": pa.array(emit), "kv_len": pa.array(kv_len, pa.int32()),
-        "step_start_ns": pa.array(step_start[step]), "step_end_ns": pa.array(step_end[step]),
-        "batch_size": pa.array(batch[step].astype(np.int32)), "client_recv_ns": pa.array(recv),
-        "step_id": pa.array(step.astype(np.int64)),
-    }
+    if not sh["server"]:  # a probe: the server clock is the client's, emit_ns the receipt (no one-way estimate)
+        emit = recv
+    tok_cols = {"request_id": names.take(pa.array(req_of_tok)), "index": pa.array(index, pa.int32()),
+                "emit_ns": pa.array(emit), "kv_len": pa.array(kv_len, pa.int32())}
+    if sh["step_times"]:
+        tok_cols.update(step_start_ns=pa.array(step_start[step]), step_end_ns=pa.array(step_end[step]),
+                        batch_size=pa.array(batch[step].astype(np.int32)))
+    if sh["client"]:
+        tok_cols["client_recv_ns"] = pa.array(recv)
+    if sh["steps"]:
+        tok_cols["step_id"] = pa.array(step.astype(np.int64))
     _write_stream(out / "tokens.arrows", pa.table(tok_cols))
     del tok_cols
     # Spans: arrival two steps before the prefill step, tokenize then queue, prefill, decode, tail.
@@ -93,14 +123,16 @@ def generate(out: Path, tokens: int, slots: int = 64, seed: int = 0) -> dict[str
     detok_end = last_emit + 200_000
     server_end = detok_end + 400_000
     rid = np.arange(n_req)
+    client_span = ("client.request", arrive - one_way + CLIENT_OFFSET_NS, server_end + one_way + CLIENT_OFFSET_NS,
+                   "client")
     span_rows = [
         ("server.request", arrive, server_end, "server"), ("tokenize", arrive, tok_end, "server"),
         ("queue", tok_end, prefill_start, "server"), ("prefill", prefill_start, first_emit, "server"),
         ("decode", first_emit, last_emit, "server"), ("detokenize", last_emit, detok_end, "server"),
         ("postprocess", detok_end, server_end, "server"),
-        ("client.request", arrive - one_way + CLIENT_OFFSET_NS, server_end + one_way + CLIENT_OFFSET_NS,
-         "client"),
-    ]
+    ] if sh["server"] else []
+    if sh["client"]:
+        span_rows.append(client_span)
     spans = pa.table({
         "request_id": pa.concat_arrays([names.take(pa.array(rid)) for _ in span_rows]),
         "name": pa.array(np.repeat([r[0] for r in span_rows], n_req)),
@@ -109,6 +141,25 @@ def generate(out: Path, tokens: int, slots: int = 64, seed: int = 0) -> dict[str
         "clock": pa.array(np.repeat([r[3] for r in span_rows], n_req)),
     })
     _write_stream(out / "spans.arrows", spans)
+    if sh["server"] and sh["client"]:  # merged: per joined request, the clocks' offset and the network time
+        _write_stream(out / "clock_offsets.arrows", pa.table({
+            "request_id": names, "offset_ns": pa.array(np.full(n_req, -CLIENT_OFFSET_NS, np.int64)),
+            "network_ns": pa.array(2 * one_way)}))
+    info = {"requests": n_req, "tokens": tokens, "steps": n_steps if sh["steps"] else 0}
+    if sh["server"]:
+        _write_stream(out / "requests.arrows", pa.table({
+            "request_id": names, "prompt_tokens": pa.array(prompt.astype(np.int32)),
+            "output_tokens": pa.array(out_len.astype(np.int32)), "status": pa.array(["ok"] * n_req)}))
+    else:
+        _write_stream(out / "requests.arrows", pa.table({
+            "request_id": names, "output_tokens": pa.array(out_len.astype(np.int32)),
+            "status": pa.array(["ok"] * n_req)}))
+    meta = {"format": "tracetool", "version": 1, "model": MODEL, "hardware": HARDWARE, "closed": True,
+            "notes": [f"synthetic benchmark trace from benchmarks/gen_trace.py (shape {shape}, seed {seed})"],
+            "dropped_rows": {}}
+    if not sh["steps"]:
+        (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+        return info
     _write_stream(out / "steps.arrows", pa.table({
         "step_id": pa.array(np.arange(n_steps, dtype=np.int64)), "start_ns": pa.array(step_start),
         "end_ns": pa.array(step_end), "batch_size": pa.array(batch.astype(np.int32)),
@@ -123,15 +174,8 @@ def generate(out: Path, tokens: int, slots: int = 64, seed: int = 0) -> dict[str
         "dram_bw_util_pct": pa.array(rng.normal(68, 4, len(ts)).clip(0, 100)),
         "power_w": pa.array(rng.normal(600, 30, len(ts))),
     }))
-    _write_stream(out / "requests.arrows", pa.table({
-        "request_id": names, "prompt_tokens": pa.array(prompt.astype(np.int32)),
-        "output_tokens": pa.array(out_len.astype(np.int32)), "status": pa.array(["ok"] * n_req),
-    }))
-    meta = {"format": "tracetool", "version": 1, "model": MODEL, "hardware": HARDWARE, "closed": True,
-            "notes": [f"synthetic benchmark trace from benchmarks/gen_trace.py (seed {seed})"],
-            "dropped_rows": {}}
     (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-    return {"requests": n_req, "tokens": tokens, "steps": n_steps}
+    return info
 
 
 def _write_stream(path: Path, table: pa.Table) -> None:
@@ -144,11 +188,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--tokens", type=int, default=10_000_000)
-    ap.add_argument("--slots", type=int, default=64)
+    ap.add_argument("--slots", type=int, default=None, help="concurrent sequences (default: the shape's)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="e", help="which trace shape (module docstring)")
     a = ap.parse_args()
     t = time.perf_counter()
-    info = generate(a.out, a.tokens, a.slots, a.seed)
+    info = generate(a.out, a.tokens, a.slots, a.seed, a.shape)
     print(f"wrote {a.out}: {info} in {time.perf_counter() - t:.1f} s")
 
 

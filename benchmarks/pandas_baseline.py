@@ -23,6 +23,9 @@ import pyarrow as pa
 
 PHASES = ["queue", "tokenize", "preprocess", "prefill", "decode", "detokenize", "postprocess"]
 QS = [0.5, 0.9, 0.95, 0.99]
+#: The tokens table's optional columns (docs/trace-format.md): a trace may leave any of them out.
+TOKEN_OPTIONAL = {"kv_len": "Int64", "step_start_ns": "Int64", "step_end_ns": "Int64", "batch_size": "Int64",
+                  "client_recv_ns": "Int64", "step_id": "Int64"}
 
 
 def read(trace: Path, name: str) -> pd.DataFrame | None:
@@ -69,6 +72,13 @@ def analyze(trace: Path) -> dict[str, object]:
     spans = read(trace, "spans")
     tok = read(trace, "tokens")
     assert spans is not None and tok is not None
+    for col in TOKEN_OPTIONAL:  # columns the trace left out: all null, as the format reads them
+        if col not in tok:
+            tok[col] = np.nan
+    info = read(trace, "requests")
+    if info is not None and "server_scope" in info and (info["server_scope"] == "engine").any():
+        # frontend = client time outside the engine's span beyond the timed round trips: not reproduced
+        raise SystemExit("pandas_baseline: server_scope 'engine' traces (the frontend component) are not covered")
     # --- per-request components (attribution rule) ---
     spans["dur"] = spans["end_ns"] - spans["start_ns"]
     piv = spans.pivot_table(index="request_id", columns="name", values="dur", aggfunc="sum")
@@ -81,6 +91,8 @@ def analyze(trace: Path) -> dict[str, object]:
     # a scheduled load client's wait (client.queue; the benchmark's traces have none, so it is
     # only a column here: e2e and TTFT from the intended send time are not reproduced)
     req["client_queue_ms"] = piv["client.queue"] / 1e6 if "client.queue" in piv else np.nan
+    # the server's frontend: measured only where server.request is the engine's span (refused above)
+    req["frontend_ms"] = np.nan
     for p in PHASES:
         req[f"{p}_ms"] = piv[p] / 1e6 if p in piv else np.nan
     phase_sum = sum(piv[p].fillna(0) for p in PHASES if p in piv)
@@ -111,7 +123,7 @@ def analyze(trace: Path) -> dict[str, object]:
     req.loc[req["output_tokens"] < 2, "tpot_ms"] = np.nan
     total_e2e = req["e2e_ms"].sum()
     components = {}
-    for c in ["client_queue", "network", *PHASES, "other"]:
+    for c in ["client_queue", "network", "frontend", *PHASES, "other"]:
         col = req[f"{c}_ms"]
         components[c] = {"ms": float(col.mean()) if col.notna().any() else None,
                          "share": float(col.sum() / total_e2e) if col.notna().any() else None,
@@ -130,8 +142,9 @@ def analyze(trace: Path) -> dict[str, object]:
         lambda d: pd.Series(fit(d["kv_len"], d["step_ms"])), include_groups=False)
     # --- throughput ---
     per_request_tok_s = float((1000 / req["tpot_ms"]).mean())
-    wall_s = (max(spans.loc[spans.clock == "server", "end_ns"].max(), tok["emit_ns"].max())
-              - min(spans.loc[spans.clock == "server", "start_ns"].min(), tok["emit_ns"].min())) / 1e9
+    server_spans = spans[spans.clock == "server"]  # none in a client-only trace: the tokens alone
+    wall_s = (np.nanmax([server_spans["end_ns"].max(), tok["emit_ns"].max()])
+              - np.nanmin([server_spans["start_ns"].min(), tok["emit_ns"].min()])) / 1e9
     aggregate_tok_s = len(tok) / wall_s
     # --- roofline ---
     m, h = meta["model"], meta["hardware"]

@@ -108,7 +108,22 @@ def render(results: list[dict[str, Any]]) -> str:
     out = [HEAD, *rows, "", "Machines:", "", *(f"* M{i + 1}: {m}" for i, m in enumerate(machines))]
     if notes:
         out += ["", "Notes:", "", *notes]
+    for r in results:
+        if r.get("table"):
+            out += ["", *side_by_side(r)]
     return "\n".join(out) + "\n"
+
+
+def side_by_side(r: dict[str, Any]) -> list[str]:
+    """A benchmark's own table (results.write's ``table``): its rows under the command that made them."""
+    t = r["table"]
+    date = r["date"] + (" *carried*" if r.get("carried") else "")
+    lines = [f"## `{r['benchmark']}`, side by side", "",
+             f"`{r['command']}` ({date}, commit {r['commit']}, machine {r['machine']})", "",
+             "| " + " | ".join(cell(c) for c in t["columns"]) + " |",
+             "|" + "---|" * len(t["columns"])]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in t["rows"]]
+    return lines
 
 
 def main() -> int:

@@ -93,10 +93,12 @@ def commit() -> str:
 
 
 def write(name: str, figures: list[Figure], *, command: str | None = None, note: str | None = None,
-          out: Path | None = None) -> Path:
+          out: Path | None = None, table: dict[str, list[Any]] | None = None) -> Path:
     """Write ``results/<name>.json`` (or ``out``) for this run and return its path.
 
-    ``command`` defaults to the command line this process was started with.
+    ``command`` defaults to the command line this process was started with. ``table``: a table of
+    its own on the results page (``{"columns": [...], "rows": [[...], ...]}``, cells as text), for a
+    benchmark whose figures read best side by side (one row per trace shape, say).
     """
     if command is None:
         argv = [Path(sys.argv[0]).as_posix()] if sys.argv and sys.argv[0] else []
@@ -113,6 +115,8 @@ def write(name: str, figures: list[Figure], *, command: str | None = None, note:
         "figures": [_figure(f) for f in figures]}
     if note:
         body["note"] = note
+    if table is not None:
+        body["table"] = {"columns": list(table["columns"]), "rows": [list(map(str, r)) for r in table["rows"]]}
     path = out or RESULTS_DIR / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(body, indent=1, ensure_ascii=False) + "\n")

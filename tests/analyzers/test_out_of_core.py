@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from analyzer_scenarios import H100_META, LLAMA_8B_META, Req, scenario
+from analyzer_scenarios import H100_META, LLAMA_8B_META, Req, scenario, write_trace
 
 import analyzers
 from tracetool.dataset import parse_memory
@@ -136,3 +137,51 @@ def test_the_engine_gets_the_limit_less_what_the_process_holds(monkeypatch: pyte
     assert dataset.engine_budget(256 * 2**20) == 64 * 2**20  # never under DuckDB's working minimum
     monkeypatch.undo()
     assert 10 * 2**20 < dataset.process_rss() < 64 * 2**30  # this interpreter, read from the system
+
+
+ITL_QUANTILES = ("itl_p50_ms", "itl_p90_ms", "itl_p95_ms", "itl_p99_ms", "itl_p40_ms", "itl_p60_ms")
+
+
+def _gap_trace(directory: Path, gaps: list[int]) -> Path:
+    """One request whose tokens are ``gaps`` nanoseconds apart (server clock), in a shuffled row order."""
+    emit = [1_000_000_000]
+    for g in gaps:
+        emit.append(emit[-1] + g)
+    order = sorted(range(len(emit)), key=lambda i: (i * 7919) % len(emit))
+    return write_trace(directory, {
+        "spans": pa.table({"request_id": ["r"], "name": ["server.request"], "start_ns": [emit[0] - 5_000_000],
+                           "end_ns": [emit[-1] + 1_000], "clock": ["server"]}),
+        "tokens": pa.table({"request_id": ["r"] * len(emit), "index": pa.array(order, pa.int32()),
+                            "emit_ns": pa.array([emit[i] for i in order], pa.int64())})})
+
+
+def _itl_quantiles(trace: Path, spill: bool) -> list[float]:
+    g = analyzers.analyze(trace, spill=spill).one("tokens_gap_stats")
+    return [g[k] for k in ITL_QUANTILES]
+
+
+def test_the_spilled_itl_quantiles_are_the_in_memory_ones(tmp_path: Path) -> None:
+    # 101 gaps: every percentile's position (n - 1) p is a whole rank, so both paths return one order
+    # statistic and must agree to the bit; ties and a spread over several octaves cross bucket edges
+    rng = random.Random(7)
+    gaps = [rng.choice([1_000_000, 1_000_001, 2_500_000]) if i % 3 else int(rng.lognormvariate(16, 1.5)) + 1
+            for i in range(101)]
+    whole = _gap_trace(tmp_path / "whole", gaps)
+    assert _itl_quantiles(whole, spill=True) == _itl_quantiles(whole, spill=False)
+    # 1,000 gaps: interpolated percentiles, the same up to the last bit (see analyzers/tokens.sql)
+    gaps = [int(rng.lognormvariate(16, 0.8)) + 1 for _ in range(1000)]
+    between = _gap_trace(tmp_path / "between", gaps)
+    spilled, in_memory = _itl_quantiles(between, spill=True), _itl_quantiles(between, spill=False)
+    assert spilled == pytest.approx(in_memory, rel=1e-12, abs=0)
+
+
+def test_the_memory_limit_decides_where_the_quantiles_are_computed(tmp_path: Path) -> None:
+    from analyzers.connection import QUANTILE_MEMORY_SHARE, spill_quantiles
+
+    t = open_trace(_gap_trace(tmp_path / "t", [1_000_000] * 999))
+    assert not spill_quantiles([t], None)
+    assert not spill_quantiles([t], int(8 * 1000 / QUANTILE_MEMORY_SHARE) + 1)
+    assert spill_quantiles([t], int(8 * 1000 / QUANTILE_MEMORY_SHARE) - 1)
+    con = analyzers.connect([t], memory_limit=64 * 2**20, spill=True)
+    assert con.sql("SELECT q IS NOT NULL FROM _tokens_itl_exact").fetchall() == [(True,)]
+    assert "_tokens_itl_values" not in {r[0] for r in con.sql("SHOW ALL TABLES").fetchall()}
