@@ -8,7 +8,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -193,21 +192,19 @@ def test_without_matplotlib_html_is_one_line_and_exit_2_before_any_analysis(tmp_
 
 
 @pytest.mark.slow
-def test_a_10m_token_trace_gets_its_page_in_under_10_s(tmp_path: Path) -> None:
-    """The page's own cost on top of the analysis (which benchmarks/RESULTS.md times on its own)."""
+def test_a_trace_past_the_sample_threshold_gets_a_bounded_sampled_page(tmp_path: Path) -> None:
+    """Past SAMPLE_TOKENS the per-token figures read a sample of whole requests, and the page stays a few MB
+    (its time on a 10M-token trace is benchmarks/bench_html.py's figure, not a test's)."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     from gen_trace import generate
 
     import analyzers
     from tracetool.report.html import analysis_page, write
+    from tracetool.report.html.data import SAMPLE_TOKENS
 
-    generate(tmp_path / "10m", tokens=10_000_000)
-    a = analyzers.analyze(tmp_path / "10m")
-    doc = a.to_json()
-    t = time.perf_counter()
-    written = write(analysis_page(a, doc), tmp_path / "10m.html")
-    took = time.perf_counter() - t
-    assert took < 10, f"the page took {took:.1f} s"
+    generate(tmp_path / "big", tokens=4 * SAMPLE_TOKENS)
+    a = analyzers.analyze(tmp_path / "big")
+    written = write(analysis_page(a, a.to_json()), tmp_path / "big.html")
     text = written.page.read_text()
     assert written.bytes < 3_000_000 and "a uniform sample of whole requests" in text
     assert all(v == "drawn" for k, v in _sections(text).items() if k != "engine")
