@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from analyzers.params import Thresholds
 from tests.integration.conftest import LlamaServer
 from tracetool.reader import open_trace
 
@@ -61,9 +62,13 @@ def test_concurrency_1_gives_whole_answers_and_sane_latencies(llama_server: Llam
         assert doc["components"]["prefill"]["measured"] and doc["components"]["decode"]["measured"]
     else:
         assert not doc["components"]["prefill"]["measured"]
-    # client-only evidence: the probe timed the TCP handshake; loopback RTT is far below e2e
+    # client-only evidence: the probe timed the TCP handshake; loopback RTT is far below e2e, so the
+    # network story is a misdiagnosis, unless a handshake stalled on a loaded machine pushed the bound
+    # over the threshold: then the bounds straddle it and the verdict says nothing (never "supported")
     ne = doc["network_evidence"]
-    assert ne["basis"] == "tcp-connect" and ne["connections"] >= 1 and ne["verdict"] == "misdiagnosis"
+    assert ne["basis"] == "tcp-connect" and ne["connections"] >= 1
+    misdiagnosed = ne["bound_share"] < Thresholds().misdiagnosis_share
+    assert (ne["verdict"] == "misdiagnosis") == misdiagnosed and ne["verdict"] != "supported", ne
     ids = {f["id"] for f in doc["findings"]}
     assert {"network-unmeasured", "network-rtt-bound"} <= ids
 
