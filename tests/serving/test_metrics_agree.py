@@ -16,11 +16,13 @@ pytestmark = pytest.mark.slow
 
 def test_the_probes_summary_equals_the_analysis_of_its_trace(server: Server, cli: Any, tmp_path: Path) -> None:
     out = tmp_path / "client"
+    # --ignore-eos: the demo model samples, and about one answer in a thousand is an end-of-sequence
+    # token first, an empty answer the probe rightly counts as failed (CI drew one)
     r = cli("probe", server.url, "-n", 12, "--concurrency", 3, "--max-tokens", 8, "--prompt-tokens", 16,
-            "-q", "--json", "-o", out)
+            "--ignore-eos", "-q", "--json", "-o", out)
     assert r.code == 0, r.err
     probe = json.loads(r.out)
-    assert probe["ok"] == 12
+    assert probe["ok"] == 12, probe["errors"]
     a = cli("analyze", out, "--json")
     assert a.code == 0, a.err
     doc = json.loads(a.out)

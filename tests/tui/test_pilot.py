@@ -170,6 +170,23 @@ async def test_requests_sort_and_drill_down(chat: Path, make_app: Any) -> None:
         assert isinstance(app.screen, RequestsScreen)
 
 
+async def test_requests_columns_fit_their_cells_when_filled(chat: Path, make_app: Any) -> None:
+    """Every column is as wide as its widest cell the moment the rows go in, not on the table's
+    next idle: a table filled after the screen settled showed each column cut to its title
+    ("225." for a TTFT of 225.0 ms) until a key was pressed."""
+    app = make_app(chat)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("4")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, RequestsScreen)
+        screen.action_sort("ttft")  # a refill, with no idle between it and the check
+        table = screen.query_one("#requests", DataTable)
+        for index, column in enumerate(table.ordered_columns):
+            widest = max(table.get_row_at(row)[index].cell_len for row in range(table.row_count))
+            assert column.get_render_width(table) - 2 * table.cell_padding >= widest, column.label
+
+
 async def test_sql_console_runs_reads_and_refuses_writes(chat: Path, make_app: Any, tmp_path: Path) -> None:
     app = make_app(chat)
     async with app.run_test(size=SIZE) as pilot:

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any, ClassVar
 
 import pyarrow as pa
+from rich.cells import cell_len
 from rich.text import Text
 from textual import work
 from textual.binding import Binding, BindingType
@@ -90,20 +91,26 @@ class RequestsScreen(TraceScreen):
         table.clear(columns=True)
         desc = REQUEST_SORTS[self._sort][1] if self._desc is None else self._desc
         arrow = "↓" if desc else "↑"
-        if several:
-            table.add_column("trace", key="trace")
-        table.add_column("request", key="request")
-        for key, title in COLUMNS:
-            table.add_column(f"{title} {arrow}" if key == self._sort else title, key=key)
+        heads: list[tuple[str, str]] = [("trace", "trace")] if several else []
+        heads += [("request", "request")]
+        heads += [(key, f"{title} {arrow}" if key == self._sort else title) for key, title in COLUMNS]
+        rows: list[list[Text]] = []
         self._keys = []
         for r in shown.to_pylist():
-            cells: list[Any] = [fmt.cell(r["trace"])] if several else []
+            cells = [fmt.cell(r["trace"])] if several else []
             rid = fmt.cell(r["request_id"]) if r["ok"] is not False else fmt.cell(f"{r['request_id']} ✗")
             cells += [rid, _right(fmt.ms(r["e2e_ms"])), _right(fmt.ms(r["ttft_ms"])),
                       _right(fmt.ms(r["itl_p50_ms"], 2)), _right(fmt.count(r["output_tokens"])),
                       fmt.cell(r["bottleneck"] or NOT_MEASURED)]
-            table.add_row(*cells, key=f"{r['trace']}\x00{r['request_id']}")
+            rows.append(cells)
             self._keys.append((r["trace"], r["request_id"]))
+        # widths from the cells now: DataTable's own sizing waits for its next idle, which a table
+        # filled after the screen settled may not get (CI showed every column cut to its title)
+        for i, (key, title) in enumerate(heads):
+            width = max([cell_len(title), *(row[i].cell_len for row in rows)])
+            table.add_column(title, key=key, width=width)
+        for cells, (trace, rid_) in zip(rows, self._keys, strict=True):
+            table.add_row(*cells, key=f"{trace}\x00{rid_}")
         total = self._table.num_rows
         shown_n = min(total, REQUEST_LIMIT)
         head = f"{total:,} requests" if shown_n == total else f"{shown_n:,} of {total:,} requests shown"
