@@ -1,4 +1,4 @@
-"""The tail on real engines (issue 41): vLLM and llama.cpp's llama-server overloaded by bursty arrivals.
+"""The tail on real engines: vLLM and llama.cpp's llama-server overloaded by bursty arrivals.
 
 ``tracetool probe --rate R --burstiness 0.3`` sends gamma-distributed arrivals (burstier than
 Poisson) at 80 % of what the engine serves at its slots, measured first: on average it keeps
