@@ -263,7 +263,7 @@ def run_recording(command: Sequence[str], out: str | os.PathLike[str], *, force:
             merge_side_trace(side, out)
         except Exception as e:
             echo(f"tracetool: sampler data not merged ({e}); it stays in {side}", err=True)
-    print(f"tracetool: {_summary(out)}", file=sys.stderr)
+    echo(f"tracetool: {_summary(out)}", err=True)
     return 128 - rc if rc < 0 else rc
 
 

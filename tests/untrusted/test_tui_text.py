@@ -99,3 +99,29 @@ async def test_the_diff_view_shows_labels_escaped(evil: Path, evil_root: Path) -
         await pilot.pause()
         text = check_screen(app, "diff")
         assert "[bold]b" in text
+
+
+async def test_the_tail_and_a_claims_findings_show_a_replica_name_escaped(tmp_path: Path) -> None:
+    """A dataset whose slow replica's folder holds the payload: the tail screen lists the replica as
+    what the tail has in common, and the claim dialog lists the slow-replica finding that names it."""
+    from tests.analyzers.tail_scenarios import slow_replica
+    from tests.untrusted.conftest import NAME_PAYLOAD
+    from tracetool.tui.screens.hypothesis import HypothesisScreen
+
+    root = tmp_path / "fleet"
+    slow_replica(root, n=400)
+    (root / "server=c").rename(root / f"server={NAME_PAYLOAD}")
+    app = TraceApp(DirectorySource([root]))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("6")
+        await settle(pilot)
+        text = check_screen(app, "tail")
+        assert "replica server=run" in text, text
+        await pilot.press("h")
+        assert isinstance(app.screen, HypothesisScreen)
+        app.screen.query_one(Input).focus()
+        await pilot.press(*"p99-e2e=decode", "enter")
+        await settle(pilot)
+        text = check_screen(app, "claim dialog")
+        assert "replica" in text, text

@@ -68,7 +68,7 @@ class DecodeScreen(TraceScreen):
             return  # a newer snapshot is on its way
         by_index, by_kv = self.query_one("#itl-index", BraillePlot), self.query_one("#itl-kv", BraillePlot)
         if message.data is None:
-            by_index.plot([], empty=f"could not bin tokens: {message.error}")
+            by_index.plot([], empty=f"could not bin tokens: {fmt.text(message.error)}")
             by_kv.plot([], empty="")
             return
         data = message.data

@@ -65,11 +65,11 @@ def render_verdict(v: Verdict, words: str) -> Content:
     if v.share is not None:
         parts += [(f"  {v.component} holds ", "$text-muted"), (fmt.pct(v.share), "bold"), (" of e2e", "$text-muted")]
     if v.statement != words:
-        parts += ["\n", (v.statement, "$text-muted")]
-    parts += ["\n", v.detail]
+        parts += ["\n", (fmt.text(v.statement), "$text-muted")]
+    parts += ["\n", fmt.text(v.detail)]
     for f in v.findings:
         mark = "!" if f["severity"] == "warning" else "·"
-        parts += ["\n", (f"{mark} {f['title']}: ", "bold"), (f["detail"], "$text-muted")]
+        parts += ["\n", (f"{mark} {fmt.text(f['title'])}: ", "bold"), (fmt.text(f["detail"]), "$text-muted")]
     return Content.assemble(*parts)
 
 

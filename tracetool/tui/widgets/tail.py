@@ -44,7 +44,7 @@ class TailPanel(Widget):
         if not t:
             return [Content.styled("not measured", "$text-muted italic")]
         level = t.get("explained")
-        lines = [Content.styled(t.get("sentence") or "", "$text-muted")]
+        lines = [Content.styled(fmt.text(t.get("sentence") or ""), "$text-muted")]
         if level is None:
             return lines
         group = t.get(level) or {}
@@ -78,7 +78,7 @@ class TailPanel(Widget):
                 show = _num if median else fmt.pct
                 mark = ("✓ separates", "$text-success") if f["separates"] else ("", "")
                 lines.append(Content.assemble(
-                    (f"{f['label'][:LABEL_W - 1]:<{LABEL_W}}", "bold" if f["separates"] else ""),
+                    (f"{fmt.fit(f['label'], LABEL_W - 1):<{LABEL_W}}", "bold" if f["separates"] else ""),
                     f"{show(typ):>{MS_W}}", f"{show(tail):>{MS_W}}",
                     f"{NOT_MEASURED if f['ratio'] is None else format(f['ratio'], '.1f') + 'x':>{MS_W}}",
                     f"{_num(f['cliffs_delta'], 2):>{SHARE_W}}", f"{_p(f['p_value']):>{SHARE_W}}  ", mark))
