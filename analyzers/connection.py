@@ -21,7 +21,6 @@ live view re-analysing its sources several times a second) and only swaps the da
 from __future__ import annotations
 
 import os
-import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -30,7 +29,7 @@ from pathlib import Path
 
 import duckdb
 
-from analyzers.modules import DISABLED_OPTIMIZERS, SMALL_DISABLED_OPTIMIZERS, run_all
+from analyzers.modules import DISABLED_OPTIMIZERS, SMALL_DISABLED_OPTIMIZERS, TEMP_TABLE_RE, run_all, tail_tables
 from analyzers.modules import script as modules_script
 from analyzers.params import ClaimSpec, RooflineInputs, Thresholds
 from tracetool.errors import BadInput
@@ -141,8 +140,10 @@ def spill_directory() -> str:
 
 def _open(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | None, thresholds: Thresholds | None,
           claims: Sequence[ClaimSpec], labels: Sequence[str] | None,
-          memory_limit: int | None = None, spill: bool | None = None) -> tuple[duckdb.DuckDBPyConnection, set[str]]:
-    """:func:`connect`, and the names the traces' tables were registered under."""
+          memory_limit: int | None = None, spill: bool | None = None,
+          tail: bool = True) -> tuple[duckdb.DuckDBPyConnection, set[str]]:
+    """:func:`connect`, and the names the traces' tables were registered under; without ``tail`` the tail's
+    data tables are made empty (``Session(tail=False)``)."""
     from analyzers.params import roofline_inputs
 
     labels = list(labels) if labels is not None else labels_for(traces)
@@ -176,7 +177,7 @@ def _open(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | None,
         con.execute("SET allowed_paths = [" + ", ".join(_lit(f) for f in lazy) + "]")
     con.execute("SET enable_external_access = false; SET python_enable_replacements = false")
     spill = spill_quantiles(traces, memory_limit) if spill is None else spill
-    run_all(con, _disabled(small), frozenset({"spill_quantiles"}) if spill else frozenset())
+    run_all(con, _disabled(small), frozenset(["spill_quantiles"] * bool(spill) + ["no_tail"] * (not tail)))
     return con, registered
 
 
@@ -302,7 +303,7 @@ class Session:
                 self.close()  # a fresh connection says what is wrong, if anything is
         self.close()
         con, self._registered = _open(traces, roofline=roofline, thresholds=thresholds, claims=claims,
-                                      labels=labels)
+                                      labels=labels, tail=self.tail)
         self._prepare(con, small)
         self._con, self._key = con, key
         self.opened += 1
@@ -318,19 +319,16 @@ class Session:
 
     def _prepare(self, con: duckdb.DuckDBPyConnection, small: bool) -> None:
         steps = []
-        skipped = set() if self.tail else _tail_tables()
+        skipped = set() if self.tail else tail_tables()
         with _optimizers(con, small):
             for stmt in modules_script().split(";\n"):
-                m = _TEMP_TABLE_RE.match(stmt.strip())
+                m = TEMP_TABLE_RE.match(stmt.strip())
                 if m and m.group(1) in skipped:
                     steps.append(f"DELETE FROM {m.group(1)};\n")  # empty, in its place: later modules read it
                 elif m:
                     con.execute(f"PREPARE _refresh_{m.group(1)} AS INSERT INTO {m.group(1)} {m.group(2)}")
                     steps.append(f"DELETE FROM {m.group(1)}; EXECUTE _refresh_{m.group(1)};\n")
         self._refresh_sql = "".join(steps)
-        if skipped:  # the connection was made with them: this first snapshot is analysed without them too
-            with _optimizers(con, small):
-                con.execute(self._refresh_sql)
 
     def _refresh(self, con: duckdb.DuckDBPyConnection, traces: Sequence[Trace], labels: Sequence[str],
                  roof: Sequence[RooflineInputs], small: bool) -> None:
@@ -347,16 +345,6 @@ class Session:
             con.execute(self._refresh_sql)  # one script: the GIL given up once (see run_all)
 
 
-def _tail_tables() -> set[str]:
-    """The tables of the tail's modules that hold trace data (what ``Session(tail=False)`` leaves empty)."""
-    from analyzers.modules import TAIL_MODULES, TAIL_STATIC_TABLES, load
-
-    return {m.group(1) for mod in TAIL_MODULES for stmt in load(mod).statements
-            if (m := _TEMP_TABLE_RE.match(stmt.strip())) and m.group(1) not in TAIL_STATIC_TABLES}
-
-
-#: A module statement that creates a summary table (re-run for each snapshot by a Session).
-_TEMP_TABLE_RE = re.compile(r"CREATE OR REPLACE TEMP TABLE (\w+) AS\s+(.*)", re.S)
 
 
 def _traces_rows(traces: Sequence[Trace], labels: Sequence[str]) -> list[list[object]]:

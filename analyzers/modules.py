@@ -42,7 +42,13 @@ TAIL_STATIC_TABLES = ("_tail_parts", "_tail_feature_names", "tail_findings_catal
 #: Flags a statement may depend on (``-- @when FLAG`` / ``-- @unless FLAG``).
 #: ``spill_quantiles``: the exact per-token ITL percentiles from a table DuckDB can spill past its
 #: memory limit instead of an in-memory aggregate of 8 bytes per token (analyzers.connection).
-FLAGS = ("spill_quantiles",)
+#: ``no_tail``: the tail's data tables (TAIL_MODULES but TAIL_STATIC_TABLES) are created empty, with their
+#: columns, without computing them (``Session(tail=False)``, a live view's ticks).
+FLAGS = ("spill_quantiles", "no_tail")
+
+#: A statement that creates a summary table: its name and its query (a Session re-runs them for each snapshot;
+#: Spark's engine caches them as views).
+TEMP_TABLE_RE = re.compile(r"CREATE\s+OR\s+REPLACE\s+TEMP\s+TABLE\s+(\w+)\s+AS\s+(.*)", re.S | re.I)
 
 _OBJECT_RE = re.compile(r"^--\s*@(view|table)\s+([a-z_][a-z0-9_]*)\s*$")
 _COLUMN_RE = re.compile(r"^--\s*@column\s+([a-z_][a-z0-9_]*)\s*:\s*(.+?)\s*$")
@@ -129,7 +135,28 @@ def script(flags: frozenset[str] = frozenset()) -> str:
     unknown = set(flags) - set(FLAGS)
     if unknown:
         raise ValueError(f"unknown module flags: {sorted(unknown)}")
-    return "".join(f"{stmt};\n" for m in all_modules() for stmt in m.statements_for(flags))
+    empty = tail_tables() if "no_tail" in flags else set()
+    return "".join(f"{_empty(stmt) if empty and _creates(stmt) in empty else stmt};\n"
+                   for m in all_modules() for stmt in m.statements_for(flags))
+
+
+@cache
+def tail_tables() -> frozenset[str]:
+    """The tables of the tail's modules that hold trace data (what ``no_tail`` leaves empty)."""
+    return frozenset(name for mod in TAIL_MODULES for stmt in load(mod).statements
+                     if (name := _creates(stmt)) and name not in TAIL_STATIC_TABLES)
+
+
+def _creates(stmt: str) -> str | None:
+    m = TEMP_TABLE_RE.match(stmt.strip())
+    return m.group(1) if m else None
+
+
+def _empty(stmt: str) -> str:
+    """The table ``stmt`` creates, with its columns and no rows: DuckDB plans the query and runs none of it."""
+    m = TEMP_TABLE_RE.match(stmt.strip())
+    assert m is not None
+    return f"CREATE OR REPLACE TEMP TABLE {m.group(1)} AS SELECT * FROM ({m.group(2)}) LIMIT 0"
 
 
 def _holds(cond: tuple[str, str] | None, flags: frozenset[str]) -> bool:

@@ -42,8 +42,9 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
+from analyzers.modules import TEMP_TABLE_RE
+
 _MACRO_RE = re.compile(r"CREATE\s+OR\s+REPLACE\s+MACRO\s+(\w+)\s*\(([^)]*)\)\s+AS\s+(.*)", re.S | re.I)
-_TEMP_TABLE_RE = re.compile(r"CREATE\s+OR\s+REPLACE\s+TEMP\s+TABLE\s+(\w+)\s+AS\s+(.*)", re.S | re.I)
 _VIEW_RE = re.compile(r"CREATE\s+OR\s+REPLACE\s+VIEW\s+(\w+)\s+AS\s+(.*)", re.S | re.I)
 _EXCLUDE_RE = re.compile(r"(\b\w+\.)?\*\s+EXCLUDE\s*\(([^)]*)\)", re.I)
 
@@ -110,7 +111,7 @@ class Translator:
             body = self._inline(sqlglot.parse_one(m.group(3), read="duckdb"))
             self.macros[m.group(1).lower()] = Macro(params, body)
             return []
-        m = _TEMP_TABLE_RE.match(sql)
+        m = TEMP_TABLE_RE.match(sql)
         if m:
             name = m.group(1)
             return [f"CACHE TABLE {name} AS {self.query(m.group(2))}"]

@@ -152,3 +152,25 @@ def test_a_session_without_the_tail_gives_the_rest_unchanged(tmp_path: Path) -> 
 
 def _without_tail(doc: dict) -> dict:
     return {k: v for k, v in doc.items() if k not in ("tail", "findings", "traces")}
+
+
+def test_without_the_tail_its_tables_are_made_empty_with_their_columns(tmp_path: Path) -> None:
+    """The connection a tail-less session opens creates the tail's data tables from ``LIMIT 0`` of their
+    queries (DuckDB runs none of them): no rows, the columns and types a full analysis gives them, so the
+    modules after them and the session's prepared refreshes bind the same; every other statement as is."""
+    from analyzers.connection import _open
+    from analyzers.modules import script, tail_tables
+    from analyzers.params import Thresholds
+    from tail_scenarios import queue_bursts
+
+    full, empty = script(), script(frozenset({"no_tail"}))
+    assert full.count(";\n") == empty.count(";\n") and empty.count(") LIMIT 0;\n") == len(tail_tables())
+    assert [s for s in empty.split(";\n") if "LIMIT 0" not in s] == \
+        [s for s in full.split(";\n") if not any(f"TEMP TABLE {t} AS" in s for t in tail_tables())]
+    trace = open_trace(queue_bursts(tmp_path / "q", n=300).path)
+    kw = {"roofline": None, "thresholds": Thresholds(), "claims": (), "labels": None}
+    with_tail, without = _open([trace], **kw)[0], _open([trace], tail=False, **kw)[0]
+    for table in sorted(tail_tables()):
+        assert without.execute(f"DESCRIBE {table}").fetchall() == with_tail.execute(f"DESCRIBE {table}").fetchall()
+        assert without.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,)
+    assert with_tail.execute("SELECT count(*) FROM tail_requests").fetchone() != (0,)
