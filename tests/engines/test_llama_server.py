@@ -113,6 +113,9 @@ def test_timings_are_prefill_and_decode_per_request_and_match_the_engine_counter
     assert engine["evidence"]["requests_running"] == "llamacpp:requests_processing"
     assert engine["evidence"]["requests_waiting"] == "llamacpp:requests_deferred"
     assert engine["requests_running"]["max"] == 1 and engine["requests_waiting"]["max"] == 0
+    # one request at a time never waits for a slot, and the analysis says so from the gauge
+    ids = {f["id"] for f in doc["findings"]}
+    assert "engine-no-queueing" in ids and "engine-queueing" not in ids, sorted(ids)
     print(f"prefill {prefill_s:.4f} s vs llamacpp:prompt_seconds_total +{delta('llamacpp:prompt_seconds_total'):.4f}; "
           f"decode {decode_s:.4f} s vs llamacpp:tokens_predicted_seconds_total "
           f"+{delta('llamacpp:tokens_predicted_seconds_total'):.4f}")
