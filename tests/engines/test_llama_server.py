@@ -85,7 +85,11 @@ def test_timings_are_prefill_and_decode_per_request_and_match_the_engine_counter
         assert spans["prefill"] <= ttft + MS, (rid, spans["prefill"], ttft)
         assert spans["decode"] <= first_to_last * 1.05 + 5 * MS, (rid, spans["decode"], first_to_last)
         assert spans["decode"] >= first_to_last * 0.5, (rid, spans["decode"], first_to_last)
-        assert r["row"]["output_tokens"] == len(tokens) == max_tokens
+        # seen once in ten runs of this file on a loaded machine: 24 tokens by the server's usage, 11 in the
+        # trace; the message says enough to tell a lost row from a chunk of several tokens next time
+        assert r["row"]["output_tokens"] == len(tokens) == max_tokens, \
+            (rid, r["row"]["output_tokens"], len(tokens), len(set(tokens)), {k: rep.get(k) for k in ("ok", "tokens")},
+             open_trace(tmp_path / "c1").meta.get("dropped_rows"))
 
     # the sums equal the engine's own counters over the run (nothing else ran on it meanwhile)
     def delta(name: str) -> float:
