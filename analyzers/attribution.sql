@@ -21,6 +21,12 @@
 -- takes at least one round trip, and longer ones also hold the client's own delays (a busy event
 -- loop). Without a timed handshake the two are not split: network and frontend (or other) stay
 -- null, and the difference is kept as outside_ms.
+-- The transfer of the bytes at the link's rate is not added (the trace holds neither the bytes nor
+-- the rate): network is round trips only, a lower bound, and the transfer time stays in frontend
+-- (or other). On loopback or a LAN that is microseconds: the body of a short chat request and the
+-- last chunk of a streamed answer are a few KB at most, 8 us a KB at 1 Gbit/s (the rest of the stream
+-- leaves during decode). It matters on a slow link with a long prompt: 400 KB (about 100k tokens)
+-- at 10 Mbit/s is 0.3 s, all of it counted as frontend (or other).
 -- client_queue = the sum of client.queue spans (client clock); null without them.
 -- Each phase = the sum of its spans' durations; a phase without spans is not
 -- measured for that request (null), which differs from a measured zero.

@@ -14,8 +14,8 @@ up, but requests that arrive into a burst wait for a slot. What a user checks:
   holds, and the tail waited longer than the engine's average request; llama-server's
   ``llamacpp:requests_deferred`` saw requests waiting, and the tail arrived when it had more.
 
-Needs the engines tier's fixtures (tests/engines/conftest.py, branch wip/engines): skipped with
-that reason until it is there.
+The engines are the tier's session fixtures (tests/engines/conftest.py): started once, and skipped
+with the installer's one-line reason where one could not be installed.
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-engines = pytest.importorskip("tests.engines.conftest",
-                              reason="the engines tier's fixtures (tests/engines/conftest.py) are not here")
+from tests.engines.conftest import LLAMA_SLOTS, VLLM_MAX_NUM_SEQS, EngineServer, receiving
 
 pytestmark = [pytest.mark.engines, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -77,12 +76,12 @@ def _findings(doc: dict[str, Any]) -> dict[str, str]:
     return {f["id"]: f["detail"] for f in doc["findings"]}
 
 
-def test_vllm_under_bursts_its_tail_is_queueing_as_its_queue_metrics_say(vllm_server: Any, cli: Any,
-                                                                          tmp_path: Path) -> None:
-    with engines.receiving(vllm_server, tmp_path / "warm-server") as rx:
-        cap = _capacity(cli, vllm_server.url, tmp_path / "warm", engines.VLLM_MAX_NUM_SEQS)
-        rx.wait_for_requests(4 * engines.VLLM_MAX_NUM_SEQS)
-    with engines.receiving(vllm_server, tmp_path / "server") as rx:
+def test_vllm_under_bursts_its_tail_is_queueing_as_its_queue_metrics_say(
+        vllm_server: EngineServer, cli: Any, tmp_path: Path) -> None:
+    with receiving(vllm_server, tmp_path / "warm-server") as rx:
+        cap = _capacity(cli, vllm_server.url, tmp_path / "warm", VLLM_MAX_NUM_SEQS)
+        rx.wait_for_requests(4 * VLLM_MAX_NUM_SEQS)
+    with receiving(vllm_server, tmp_path / "server") as rx:
         _bursty(cli, vllm_server.url, tmp_path / "client", LOAD * cap)
         rx.wait_for_requests(N)
     _json(cli, "merge", tmp_path / "client", tmp_path / "server", "-o", tmp_path / "joined", "--json")
@@ -110,9 +109,9 @@ def test_vllm_under_bursts_its_tail_is_queueing_as_its_queue_metrics_say(vllm_se
     print("vLLM tail:", t["sentence"], "| engine queue mean", hist["mean"], "p95 <=", hist["p95_max"])
 
 
-def test_llama_server_under_bursts_its_tail_is_the_wait_for_a_slot(llama_cpp_server: Any, cli: Any,
-                                                                    tmp_path: Path) -> None:
-    cap = _capacity(cli, llama_cpp_server.url, tmp_path / "warm", engines.LLAMA_SLOTS)
+def test_llama_server_under_bursts_its_tail_is_the_wait_for_a_slot(
+        llama_cpp_server: EngineServer, cli: Any, tmp_path: Path) -> None:
+    cap = _capacity(cli, llama_cpp_server.url, tmp_path / "warm", LLAMA_SLOTS)
     _bursty(cli, llama_cpp_server.url, tmp_path / "client", LOAD * cap)
     doc = _json(cli, "analyze", tmp_path / "client", "--json")
 

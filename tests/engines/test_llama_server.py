@@ -85,7 +85,11 @@ def test_timings_are_prefill_and_decode_per_request_and_match_the_engine_counter
         assert spans["prefill"] <= ttft + MS, (rid, spans["prefill"], ttft)
         assert spans["decode"] <= first_to_last * 1.05 + 5 * MS, (rid, spans["decode"], first_to_last)
         assert spans["decode"] >= first_to_last * 0.5, (rid, spans["decode"], first_to_last)
-        assert r["row"]["output_tokens"] == len(tokens) == max_tokens
+        # seen once in ten runs of this file on a loaded machine: 24 tokens by the server's usage, 11 in the
+        # trace; the message says enough to tell a lost row from a chunk of several tokens next time
+        assert r["row"]["output_tokens"] == len(tokens) == max_tokens, \
+            (rid, r["row"]["output_tokens"], len(tokens), len(set(tokens)), {k: rep.get(k) for k in ("ok", "tokens")},
+             open_trace(tmp_path / "c1").meta.get("dropped_rows"))
 
     # the sums equal the engine's own counters over the run (nothing else ran on it meanwhile)
     def delta(name: str) -> float:
@@ -113,6 +117,9 @@ def test_timings_are_prefill_and_decode_per_request_and_match_the_engine_counter
     assert engine["evidence"]["requests_running"] == "llamacpp:requests_processing"
     assert engine["evidence"]["requests_waiting"] == "llamacpp:requests_deferred"
     assert engine["requests_running"]["max"] == 1 and engine["requests_waiting"]["max"] == 0
+    # one request at a time never waits for a slot, and the analysis says so from the gauge
+    ids = {f["id"] for f in doc["findings"]}
+    assert "engine-no-queueing" in ids and "engine-queueing" not in ids, sorted(ids)
     print(f"prefill {prefill_s:.4f} s vs llamacpp:prompt_seconds_total +{delta('llamacpp:prompt_seconds_total'):.4f}; "
           f"decode {decode_s:.4f} s vs llamacpp:tokens_predicted_seconds_total "
           f"+{delta('llamacpp:tokens_predicted_seconds_total'):.4f}")
