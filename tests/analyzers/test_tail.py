@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 import tail_scenarios as ts
-from batch_sim import Config, run
+from batch_sim import run
 
 import analyzers
 from analyzers.params import Thresholds
@@ -199,9 +199,8 @@ def test_slow_replica_is_named_on_a_dataset(tmp_path: Path, cli: Any) -> None:
 def batched(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("tail-batched")
     out = {}
-    for name, cfg in (("interference", Config(requests=200, rate_per_s=12, output=(100, 200))),
-                      ("preempt", Config(requests=200, rate_per_s=30, kv_capacity=40_000, output=(200, 400)))):
-        sim = run(root / name, cfg)
+    for name in ("interference", "preempt"):
+        sim = run(root / name, ts.BATCHED[name])
         out[name] = (sim, analyzers.analyze(sim.path).to_json())
     return out
 
