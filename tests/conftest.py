@@ -79,6 +79,15 @@ def cli(capsys: pytest.CaptureFixture[str]):
     return run
 
 
+@pytest.fixture(scope="session")
+def tail_runs(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The tail scenarios (tests/analyzers/tail_scenarios.CASES), each written and analysed on first use
+    and kept for the session (tests/tail_runs.py): every surface of the tail is compared with them."""
+    from tests.tail_runs import TailRuns
+
+    return TailRuns(tmp_path_factory.mktemp("tail-scenarios"))
+
+
 def run_tracetool(*args: Any, timeout: float = 120, **kw: Any) -> subprocess.CompletedProcess[str]:
     """Run the real console entry point in a subprocess (for tracebacks, signals, exit codes)."""
     env = dict(os.environ)

@@ -6,7 +6,9 @@ loop stalls, new connections over a long round trip, one slow replica), or none 
 writes them as a real v1 trace with plain pyarrow (analyzer_scenarios). Batched-engine causes
 (prefill interference, preemption) come from the continuous-batching simulator (batch_sim). What a
 test checks is the cause the scenario built in, never numbers typed in: the analyzer's figures are
-compared with what the generator wrote (:class:`Written`).
+compared with what the generator wrote (:class:`Written`). :data:`CASES` lists every scenario with the
+finding that must name its cause, and :func:`build` writes each as the tests of every surface (analyze,
+the TUI, report, diff) size it.
 """
 
 from __future__ import annotations
@@ -20,8 +22,12 @@ import pyarrow as pa
 
 try:  # as tests/analyzers' sibling modules import each other, and from tests elsewhere
     from analyzer_scenarios import CLIENT_OFFSET, MS, spans, tokens, write_trace
+    from batch_sim import Config
+    from batch_sim import run as simulate
 except ImportError:
     from tests.analyzers.analyzer_scenarios import CLIENT_OFFSET, MS, spans, tokens, write_trace
+    from tests.analyzers.batch_sim import Config
+    from tests.analyzers.batch_sim import run as simulate
 
 
 @dataclass
@@ -199,5 +205,55 @@ def slow_replica(root: Path, n: int = 1000, seed: int = 5, slow: str = "c") -> d
     return out
 
 
-__all__ = ["TReq", "Written", "client_stalls", "long_prompts", "new_connections", "noise", "queue_bursts",
-           "slow_replica", "write"]
+#: The batched engine's scenarios (batch_sim): whole prompts prefilled in steps of their own between
+#: the decodes (interference; interference_short: its prompts a quarter as long, a milder case for the
+#: diff), and a KV cache too small for the sequences admitted (preemption).
+BATCHED = {"interference": Config(requests=200, rate_per_s=12, output=(100, 200)),
+           "interference_short": Config(requests=200, rate_per_s=12, output=(100, 200), prompt=(250, 500)),
+           "preempt": Config(requests=200, rate_per_s=30, kv_capacity=40_000, output=(200, 400))}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One scenario as every surface of the tail (analyze, the TUI, report, diff) is tested on it."""
+
+    name: str
+    #: the tail finding that names the cause built in; tail-noise: none is built in
+    finding: str
+    #: where the extra time of the tail the finding is about is: the component of that metric (ITL: the
+    #: decode part) with the largest share of its gap; None for noise
+    component: str | None
+    #: the other tail findings the scenario justifies; any other named is a wrong cause
+    also: frozenset[str] = frozenset()
+
+
+#: The batched runs arrive faster than the engine serves them: its queue grows through the run, and the
+#: TTFT tail is the last arrivals, queueing. The preempting engine also prefills in steps of its own (new
+#: prompts, and each preempted sequence's recomputation): ITL spikes behind prefill.
+_OVERLOADED = frozenset({"tail-queue-bursts"})
+
+CASES = (Case("queue_bursts", "tail-queue-bursts", "queue"),
+         Case("long_prompts", "tail-long-prompts", "prefill"),
+         Case("client_stalls", "tail-client-delay", "client_queue"),
+         Case("new_connections", "tail-new-connections", "network"),
+         Case("slow_replica", "tail-slow-replica", "prefill"),
+         Case("interference", "tail-prefill-interference", "prefill", _OVERLOADED),
+         Case("preempt", "tail-preemption", "no_step", _OVERLOADED | {"tail-prefill-interference"}),
+         Case("noise", "tail-noise", None))
+
+
+def build(root: Path, name: str) -> Path:
+    """Scenario ``name`` of :data:`CASES` written under ``root/name``, as the tail tests size it: its trace
+    directory, or for slow_replica the dataset of its four replicas."""
+    if name in BATCHED:
+        return simulate(root / name, BATCHED[name]).path
+    if name == "slow_replica":
+        slow_replica(root / name, n=800)
+        return root / name
+    make = {"queue_bursts": queue_bursts, "long_prompts": long_prompts, "client_stalls": client_stalls,
+            "new_connections": new_connections, "noise": noise}[name]
+    return make(root / name).path
+
+
+__all__ = ["BATCHED", "CASES", "Case", "TReq", "Written", "build", "client_stalls", "long_prompts",
+           "new_connections", "noise", "queue_bursts", "slow_replica", "write"]

@@ -2,7 +2,8 @@
 
 A and B are the same workload (30 requests, inline traces from tests/analyzers/analyzer_scenarios.py)
 except that B waits ~190 ms longer in the server's queue: the diff must name queue as ``top``, give
-its change per request with an interval that excludes 0, and say it in the headline.
+its change per request with an interval that excludes 0, and say it in the headline. On the tail
+scenarios (tests/analyzers/tail_scenarios.py) the diff names the component that moved the tail.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 
 from tests.analyzers.analyzer_scenarios import Req, scenario
+from tracetool.report import fmt
 from tracetool.report.diff import diff
 from tracetool.tui.diff_app import DiffApp
 
@@ -93,3 +95,29 @@ def test_the_diff_says_which_component_moved_the_tail(tmp_path: Path) -> None:
     p99 = next(x for x in doc["latency"] if (x["metric"], x["stat"]) == ("ttft", "p99"))
     assert p99["delta_pct"] > 50  # (6 requests above p99: its interval is wide)
     assert "its tail moved most in prefill" in doc["headline"]
+
+
+@pytest.mark.parametrize(("a", "b"), [("noise", "queue_bursts"), ("noise", "long_prompts"),
+                                      ("interference_short", "interference")])
+def test_the_diff_names_the_component_that_moved_each_scenarios_tail(a: str, b: str, tail_runs: Any,
+                                                                    cli: Any) -> None:
+    """From a trace without the cause (noise; for the batched engine, its prompts a quarter as long) to a
+    scenario's: ``tracetool diff``'s tail table names the scenario's component first, for the tail its
+    finding is about, with each run's mean per tail request as ``analyze --json`` gives it."""
+    from tests.analyzers.tail_scenarios import CASES
+
+    case = next(c for c in CASES if c.name == b)
+    cause = tail_runs.tail_findings(b)[case.finding]
+    metric, stat = cause["metric"], cause["level"]
+    r = cli("diff", tail_runs.path(a), tail_runs.path(b))
+    assert r.code == 0, r.err
+    table = r.out.split("\ntail ", 1)[1].splitlines()
+    name = f"{stat} {fmt.METRIC_NAMES[metric]}"
+    row = next(line for line in table if line.startswith(name)).split()
+    counts, component, a_ms, b_ms, change = row[2:]
+    assert component == case.component, row
+    groups = [tail_runs.doc(x)["tail"][metric][stat] for x in (a, b)]
+    assert counts == f"{groups[0]['n']}/{groups[1]['n']}"
+    means = [g["components"][component]["tail_ms"] for g in groups]
+    assert [float(x.replace(",", "")) for x in (a_ms, b_ms)] == pytest.approx(means, abs=0.006)
+    assert float(change) == pytest.approx(means[1] - means[0], abs=0.006) and float(change) > 0
