@@ -15,8 +15,8 @@
 -- @column fires_when: The condition, in words, with the thresholds it uses.
 CREATE OR REPLACE TEMP TABLE tail_findings_catalogue AS
 SELECT * FROM (VALUES
-    (201, 'tail-queue-bursts', 'queue', 'warning', 'The tail is queueing behind bursts of arrivals',
-        'for the TTFT (else e2e) tail explained (tail_min_requests): queue holds at least tail_component_share of the gap to the typical requests (or, with no queue span, what no component measured does while the engine''s metrics saw engine_waiting_requests waiting), and a load feature (arrivals in the second before, requests in flight, the engine''s waiting requests) separates the tail (tail_effect_size, tail_significance)'),
+    (201, 'tail-queue-bursts', 'queue', 'warning', 'The tail is queueing behind the load of the moment',
+        'for the TTFT (else e2e) tail explained (tail_min_requests): queue holds at least tail_component_share of the gap to the typical requests (or, with no queue span, what no component measured does while the engine''s metrics saw engine_waiting_requests waiting), and a load feature (arrivals in the second before, requests in flight, the engine''s waiting requests) separates the tail (tail_effect_size, tail_significance); bursts when the arrivals in the second before separate it, a server behind its offered load when only the others do'),
     (202, 'tail-long-prompts', 'prefill', 'warning', 'The tail is a few long prompts',
         'for the TTFT (else e2e) tail: prompt length separates it with a mean at least tail_ratio times the typical one, and prefill plus tokenize hold at least tail_component_share of the gap (or prefill is not measured and what no component measured does)'),
     (203, 'tail-prefill-interference', 'decode', 'warning', 'Co-scheduled prefill is behind the ITL spikes',
@@ -67,6 +67,9 @@ f AS (  -- the separating features the findings name (for the load, all of them)
     SELECT f.metric,
         string_agg(f.text, '; ' ORDER BY f.rank)
             FILTER (WHERE f.feature IN ('arrivals_1s', 'in_flight', 'engine_waiting') AND f.cliffs_delta > 0) AS load_text,
+        -- bursts only when the arrivals just before separate the tail; in flight or waiting alone is a server
+        -- behind its offered load (a queue that grows through the run), whose lever is capacity, not smoothing
+        count(*) FILTER (WHERE f.feature = 'arrivals_1s' AND f.cliffs_delta > 0) > 0 AS bursty,
         any_value(struct_pack(text := f.text, ratio := f.ratio, cliffs_delta := f.cliffs_delta)) FILTER (WHERE f.feature = 'prompt_tokens' AND f.cliffs_delta > 0) AS prompt,
         any_value(struct_pack(text := f.text, ratio := f.ratio, cliffs_delta := f.cliffs_delta)) FILTER (WHERE f.feature = 'output_tokens' AND f.cliffs_delta > 0) AS output,
         any_value(struct_pack(text := f.text, ratio := f.ratio, cliffs_delta := f.cliffs_delta)) FILTER (WHERE f.feature = 'new_connection' AND f.cliffs_delta > 0) AS conn,
@@ -90,9 +93,14 @@ x AS (
         THEN s.head || ': ' || CASE WHEN c.q.measured THEN c.q.text
             ELSE 'queue is not measured per request, and ' || c.u.text || ', outside every measured component, while '
                 || 'the engine had up to ' || e.waiting_max::BIGINT || ' requests waiting' END
-            || coalesce('; ' || e.queue_text, '') || '. The tail arrived in bursts: ' || f.load_text
-            || '. The server queued them behind the load of the moment: capacity, admission control or smoother '
-            || 'arrivals move this tail, not the network or the model' END},
+            || coalesce('; ' || e.queue_text, '') || CASE WHEN f.bursty
+                THEN '. The tail arrived in bursts: ' || f.load_text
+                    || '. The server queued them behind the load of the moment: capacity, admission control or '
+                    || 'smoother arrivals move this tail, not the network or the model'
+                ELSE '. The tail arrived when more requests were ahead of it, not in bursts (the arrivals in the '
+                    || 'second before do not separate it): ' || f.load_text
+                    || '. The server was behind its offered load: capacity or admission control move this tail, '
+                    || 'not smoother arrivals, the network or the model' END END},
     {'id': 'tail-long-prompts', 'prio': s.prio, 'detail': CASE WHEN s.metric IN ('ttft', 'e2e') AND f.prompt.ratio >= t.tail_ratio
         AND CASE WHEN c.p.measured THEN c.p.gap_share + coalesce(c.k.gap_share, 0) >= t.tail_component_share
                  ELSE c.u.gap_share >= t.tail_component_share END

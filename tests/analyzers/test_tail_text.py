@@ -64,3 +64,20 @@ def test_the_text_explains_each_scenarios_tail(case: Case, tail_runs: Any, cli: 
     # the tail the finding is about: its extra time is first in the scenario's component, as the JSON says
     assert doc["tail"][cause["metric"]]["top_component"] == case.component
     assert line.split("): ", 1)[1].startswith(f"{case.component} "), line
+
+
+@pytest.mark.parametrize("name", ["queue_bursts", "interference", "preempt"])
+def test_queueing_is_called_bursts_only_when_the_arrivals_before_separate_the_tail(name: str, tail_runs: Any) -> None:
+    """Poisson arrivals at an engine near capacity queue the requests that arrive into a burst; the batched
+    runs arrive faster than the engine serves, so their queue grows through the run and the last arrivals
+    wait longest. Both are queueing, with different levers (smoothing the arrivals helps only bursts): the
+    finding says bursts when the arrivals in the second before separate its tail, and says it is not
+    bursts otherwise."""
+    f = tail_runs.tail_findings(name)["tail-queue-bursts"]
+    group = tail_runs.doc(name)["tail"][f["metric"]][f["level"]]
+    bursty = any(x["feature"] == "arrivals_1s" and x["separates"] and x["cliffs_delta"] > 0 for x in group["features"])
+    assert ("The tail arrived in bursts" in f["detail"]) == bursty, f["detail"]
+    assert ("not in bursts" in f["detail"]) == (not bursty)
+    assert ("smoother arrivals move" in f["detail"]) == bursty
+    if name == "queue_bursts":
+        assert bursty
