@@ -22,7 +22,9 @@ from tests.conftest import make_trace, spans_table
 
 MS = 1_000_000
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
-SAMPLE_NAMES = ("chat", "network", "long-prompt", "slow-tokenizer", "queueing")
+#: Every sample trace: each directory of sample_traces/ with a meta.json (a new one is tested as it lands).
+SAMPLE_NAMES = tuple(sorted(p.parent.name for p in SAMPLES.glob("*/meta.json")))
+assert SAMPLE_NAMES, f"no sample trace (a directory with a meta.json) under {SAMPLES}"
 #: A string from a trace that is markup, mathtext and an attribute breaker at once.
 HOSTILE = "<script>alert(1)</script>$x^2$&\"'<img src=x onerror=alert(2)>"
 
