@@ -3,11 +3,14 @@
 :func:`engine_trace` is a probe-shaped trace with the engine's scraped /metrics;
 :func:`hostile_trace` has request ids and a model name that are markup; :func:`check_numbers`
 reads each number the page marks with its key (``data-key``) back into a float, independently of
-the page's own formatters, and compares it with the JSON document at that key.
+the page's own formatters, and compares it with the JSON document at that key;
+:func:`section` and :func:`marked` find a section and its marked numbers in the page's text
+(no browser).
 """
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -19,7 +22,9 @@ from tests.conftest import make_trace, spans_table
 
 MS = 1_000_000
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
-SAMPLE_NAMES = ("chat", "network", "long-prompt", "slow-tokenizer", "queueing")
+#: Every sample trace: each directory of sample_traces/ with a meta.json (a new one is tested as it lands).
+SAMPLE_NAMES = tuple(sorted(p.parent.name for p in SAMPLES.glob("*/meta.json")))
+assert SAMPLE_NAMES, f"no sample trace (a directory with a meta.json) under {SAMPLES}"
 #: A string from a trace that is markup, mathtext and an attribute breaker at once.
 HOSTILE = "<script>alert(1)</script>$x^2$&\"'<img src=x onerror=alert(2)>"
 
@@ -129,6 +134,23 @@ def check_numbers(numbers: list[dict[str, Any]], doc: dict[str, Any]) -> int:
         scaled = float(want) * x["scale"]
         assert abs(scaled - got) <= half * 1.0001 + 1e-9, f"{x['key']}: page {x['text']!r}, document {want!r}"
     return len(numbers)
+
+
+def section(page: str, sid: str) -> str:
+    """The HTML of the page's section ``sid`` (its figures and its numbers)."""
+    m = re.search(rf'<section id="{re.escape(sid)}".*?</section>', page, re.S)
+    assert m, f"no section {sid!r} on the page"
+    return m.group(0)
+
+
+_MARKED = re.compile(r'<span class="n"(?: data-scale="([^"]+)")? data-key="([^"]+)">(.*?)</span>')
+
+
+def marked(text: str) -> list[dict[str, Any]]:
+    """Every number marked with its key in ``text`` (a page or a section), as the browser tests
+    read them: ``key``, ``scale`` and the ``text`` shown."""
+    return [{"key": html.unescape(k), "scale": float(sc) if sc else 1.0, "text": html.unescape(t)}
+            for sc, k, t in _MARKED.findall(text)]
 
 
 def engine_scope_trace(directory: Path, handshake: bool) -> Path:

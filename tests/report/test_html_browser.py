@@ -4,12 +4,15 @@ Each page loads with no request but its own file and no console error (its CSP w
 fetch it blocked), has every section, drawn where the trace has the data and otherwise with a
 one-line reason, and every number it prints equals the ``--json`` document of the same command
 (``analyze``, ``report``, ``diff``, the sweep's ``sweep.json``), read back from the page's text.
-Skipped with the reason where no browser is installed; marked ``slow`` (a browser start each).
+Every sample trace (each directory of sample_traces/ with a meta.json) gives both an ``analyze``
+and a ``report`` page. Skipped with the reason where no browser is installed; marked ``slow``
+(one browser for the module).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,8 +47,10 @@ def _sections(page: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 @pytest.mark.parametrize("name", SAMPLE_NAMES)
-def test_a_sample_traces_page_loads_clean_and_says_what_analyze_json_says(name: str, browser: Browser, cli: Any,
-                                                                          tmp_path: Path) -> None:
+def test_a_sample_traces_pages_load_clean_and_say_what_analyze_json_says(name: str, browser: Browser, cli: Any,
+                                                                         tmp_path: Path) -> None:
+    """``analyze --html`` and ``report --html -o X.md`` of every sample trace: the report's page is
+    its checks (none: no baseline, no budget) and then the same analysis, number for number."""
     page = tmp_path / f"{name}.html"
     r = cli("analyze", SAMPLES / name, "--claim", "network-rtt", "--json", "--html", page)
     assert r.code == 0, r.err
@@ -53,15 +58,45 @@ def test_a_sample_traces_page_loads_clean_and_says_what_analyze_json_says(name: 
     seen = _clean_load(browser, page)
     sections = _sections(seen)
     assert list(sections) == ANALYSIS_SECTIONS
+    _drawn_as_a_sample_is(sections)
+    checked = check_numbers(seen["numbers"], doc)
+    keys = {x["key"] for x in seen["numbers"]}
+    assert {"e2e_ms.p50", "itl_ms.p99", "components.decode.share", "claims.0.share"} <= keys
+    assert checked >= 40
+
+    out = tmp_path / "report"
+    out.mkdir()
+    rep = cli("report", SAMPLES / name, "--claim", "network-rtt", "--html", out / "page.html", "-o", out / "report.md")
+    assert rep.code == 0, rep.err
+    rseen = _clean_load(browser, out / "page.html")
+    rsections = _sections(rseen)
+    assert list(rsections) == ["checks", *ANALYSIS_SECTIONS]
+    assert rsections["checks"]["absent"] and "no checks: no baseline and no budget" in rsections["checks"]["reason"]
+    _drawn_as_a_sample_is(rsections)
+    summary = [x for x in rseen["numbers"] if x["key"].startswith("summary.")]
+    analysis = [x for x in rseen["numbers"] if x not in summary]
+    assert {x["key"] for x in analysis} == keys  # the same analysis, every number of it
+    check_numbers(analysis, doc)
+    # the report's own numbers, as its document gave them to the line -o prints on stderr
+    said = re.search(r"wrote \S+: (\d+) checks, (\d+) failed", rep.err)
+    assert said, rep.err
+    check_numbers(summary, {"summary": {"checks": int(said.group(1)), "failed": int(said.group(2))}})
+    assert {x["key"] for x in summary} == {"summary.checks", "summary.failed"}
+    # the Markdown links the page and shows each of its figures, written beside it
+    md = (out / "report.md").read_text()
+    assert "### Pictures" in md and "](page.html)" in md
+    images = re.findall(r"!\[([^\]]+)\]\(([^)]+)\)", md)
+    assert len(images) == sum(s["svgs"] for s in rsections.values())
+    assert all((out / path).is_file() for _, path in images)
+
+
+def _drawn_as_a_sample_is(sections: dict[str, dict[str, Any]]) -> None:
+    """A sample trace has tokens and no engine metrics: four sections drawn, the engine's said absent."""
     for sid in ("verdict", "waterfalls", "distributions", "decode"):
         assert not sections[sid]["absent"] and sections[sid]["svgs"] >= 1, sid
         assert all(w > 300 for w in sections[sid]["svgWidths"]), f"{sid}: a figure is not laid out"
     eng = sections["engine"]
     assert eng["absent"] and eng["svgs"] == 0 and "no server_metrics table" in eng["reason"]
-    checked = check_numbers(seen["numbers"], doc)
-    keys = {x["key"] for x in seen["numbers"]}
-    assert {"e2e_ms.p50", "itl_ms.p99", "components.decode.share", "claims.0.share"} <= keys
-    assert checked >= 40
 
 
 def test_an_engine_trace_draws_the_engine_and_its_numbers_are_the_jsons(browser: Browser, cli: Any,

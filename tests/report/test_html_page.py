@@ -1,24 +1,33 @@
 """``--html FILE`` without a browser: bad input gives a page or one line, never a traceback; trace
-strings are escaped; the page is self-contained and the same bytes every time; the Markdown
-report points to the page and its figures; without matplotlib, one line and exit 2."""
+strings are escaped; the page is self-contained and the same bytes every time; the decode section
+draws what the analysis fitted (under batching too) and the roofline where model and GPU are
+known, each line where the document puts it; the Markdown report points to the page and its
+figures; without matplotlib, one line and exit 2."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import pytest
-from html_fixtures import SAMPLES, engine_scope_trace, engine_trace, hostile_trace
+from html_drawn import Axes, axes
+from html_fixtures import SAMPLES, check_numbers, engine_scope_trace, engine_trace, hostile_trace, marked, section
 
 from tests.conftest import REPO, make_trace, spans_table
+from tracetool.report.html.figures import ACCENT, SECOND
 
 pytest.importorskip("matplotlib", reason="the html extra (matplotlib) is not installed")
 MS = 1_000_000
+#: The decode figures draw the fit in the page's accent colour, the roofline (and, under batching,
+#: mean step per batch size) in its second colour.
+FIT, ROOFLINE = ACCENT, SECOND
 
 
 def _sections(page: str) -> dict[str, str]:
@@ -124,6 +133,120 @@ def test_the_engine_section_shows_histogram_percentiles_as_bounds(cli: Any, tmp_
     assert re.search(r"p50 ≤ [\d.]+ ms, p95 ≤ [\d.]+ ms \(from buckets\)", text)
     # the engine's numbers fill the queue component: hatched in the figure, said in the table
     assert "engine metrics: a window mean, not per request" in text
+
+
+def _on(ax: Axes, got: list[tuple[float, float]], want: list[tuple[float, float]]) -> None:
+    """The drawn vertices are where ``want`` puts them, to half a pixel on each axis."""
+    assert len(got) == len(want), (got, want)
+    for (gx, gy), (wx, wy) in zip(got, want, strict=True):
+        assert abs(gx - wx) <= abs(ax.x[0]) / 2 and abs(gy - wy) <= abs(ax.y[0]) / 2, (got, want)
+
+
+def _line(base: float, per_1k: float, xs: tuple[float, float]) -> list[tuple[float, float]]:
+    return [(x, base + per_1k * x / 1000) for x in xs]
+
+
+def test_a_batched_engine_draws_decode_under_batching_where_the_analysis_and_its_steps_put_it(
+        cli: Any, tmp_path: Path) -> None:
+    """A continuous-batching engine's trace (one steps row per iteration, tests/analyzers/batch_sim.py;
+    its meta.json names the model and the GPU): step time against the batch's summed KV, one colour
+    per batch size group, the fit at the smallest and largest batch and the roofline's ideal; beside
+    it, mean step per batch size; the fit's and the roofline's numbers as text."""
+    from tests.analyzers.batch_sim import Config, decode_only_steps, run
+
+    sim = run(tmp_path / "batched", Config(requests=24, rate_per_s=0, output=(60, 120)))
+    page = tmp_path / "b.html"
+    r = cli("analyze", sim.path, "--json", "--html", page)
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    fit, roof = doc["decode"]["fit"], doc["decode"]["roofline"]
+    assert fit["basis"] == "batch-step" and fit["per_seq_ms"] is not None and roof is not None
+    dec = section(page.read_text(), "decode")
+    assert 'data-absent="false"' in dec and re.search(r"<td>basis</td><td[^>]*>batch-step</td>", dec)
+    numbers = marked(dec)
+    assert {f"decode.fit.{k}" for k in ("base_ms", "per_1k_kv_ms", "per_seq_ms", "r2", "n")} | {
+        f"decode.roofline.{k}" for k in ("ideal_step_ms", "measured_step_ms", "bandwidth_efficiency")} <= {
+        x["key"] for x in numbers}
+    check_numbers(numbers, doc)
+    svgs = re.findall(r"<svg.*?</svg>", dec, re.S)
+    assert len(svgs) == 1 and "<title>Decode under batching: step time against summed KV and batch size" in svgs[0]
+    by_kv, by_batch = axes(svgs[0])
+
+    steps = decode_only_steps(sim)
+    sizes = sorted({b for _, _, b in steps})
+    assert len(steps) == fit["n"] <= 3000 and len(sizes) > 1  # every iteration drawn, several batch sizes
+    # one legend entry per group of neighbouring batch sizes, together every size there is; the roofline's
+    legend = by_kv.legend()
+    assert legend[-1] == "roofline ideal", legend
+    entries = [re.fullmatch(r"batch (\d+)(?:–(\d+))?", t) for t in legend[:-1]]
+    groups = [(int(m.group(1)), int(m.group(2) or m.group(1))) for m in entries if m]
+    assert len(groups) == len(entries), legend
+    assert groups and groups == sorted(groups) and groups[0][0] == sizes[0] and groups[-1][1] == sizes[-1]
+    assert all(any(lo <= b <= hi for lo, hi in groups) for b in sizes)
+    assert all(hi < lo for (_, hi), (lo, _) in pairwise(groups))
+    # the fit over the KV range at the smallest and the largest batch (and the middle one), each named
+    kv = (fit["kv_len_min"], fit["kv_len_max"])
+    named = {int(m.group(1)) for m in (re.fullmatch(r"fit, batch (\d+)", t) for t in by_kv.texts()) if m}
+    assert {sizes[0], sizes[-1]} <= named <= set(sizes)
+    drawn = by_kv.lines(FIT, dashed=False)
+    assert len(drawn) == len(named)
+    for line in drawn:  # on the fit at one of the named sizes (this engine's cost per sequence is ~0)
+        near = min(named, key=lambda b: abs(line[0][1] - fit["per_seq_ms"] * b - fit["base_ms"]
+                                            - fit["per_1k_kv_ms"] * kv[0] / 1000))
+        _on(by_kv, line, _line(fit["base_ms"] + fit["per_seq_ms"] * near, fit["per_1k_kv_ms"], kv))
+    # the roofline's ideal step over the same range
+    (ideal,) = by_kv.lines(ROOFLINE, dashed=True)
+    _on(by_kv, ideal, _line(roof["ideal_base_ms"], roof["ideal_per_1k_kv_ms"], kv))
+    # mean step per batch size: every iteration of that size, as the engine wrote them
+    st = sim.steps
+    ms: dict[int, list[float]] = {}
+    for b, s0, s1 in zip(st["batch_size"], st["start_ns"], st["end_ns"], strict=True):
+        ms.setdefault(b, []).append((s1 - s0) / 1e6)
+    (mean,) = by_batch.lines(SECOND, dashed=False)
+    _on(by_batch, mean, [(b, sum(v) / len(v)) for b, v in sorted(ms.items())])
+    assert {"batch size", "mean step (ms)"} <= set(by_batch.texts())
+
+
+@pytest.mark.parametrize("known", [True, False])
+def test_the_roofline_is_drawn_and_stated_where_the_model_and_gpu_are_known(known: bool, cli: Any,
+                                                                           tmp_path: Path) -> None:
+    """Llama 3.1 8B on an H100 (tests/tui/tui_traces.py's chat: step times at 70 % of the
+    roofline): the decode figure draws the fit and the roofline's ideal where the document puts
+    them, and the numbers say both; without the GPU in meta.json, no roofline line and the note why."""
+    from tests.tui.tui_traces import chat_trace
+
+    trace = chat_trace(tmp_path / "chat", requests=4, output=120)
+    meta = json.loads((trace / "meta.json").read_text())
+    if not known:
+        del meta["hardware"]
+        (trace / "meta.json").write_text(json.dumps(meta))
+    page = tmp_path / "r.html"
+    r = cli("analyze", trace, "--json", "--html", page)
+    assert r.code == 0, r.err
+    d = json.loads(r.out)["decode"]
+    fit, roof = d["fit"], d["roofline"]
+    assert fit is not None and fit["basis"] == "step"
+    dec = section(page.read_text(), "decode")
+    numbers = marked(dec)
+    check_numbers(numbers, {"decode": d})
+    (svg,) = re.findall(r"<svg.*?</svg>", dec, re.S)
+    (ax,) = axes(svg)
+    kv = (fit["kv_len_min"], fit["kv_len_max"])
+    (fitted,) = ax.lines(FIT, dashed=False)
+    _on(ax, fitted, _line(fit["base_ms"], fit["per_1k_kv_ms"], kv))
+    roof_keys = {x["key"] for x in numbers if x["key"].startswith("decode.roofline.")}
+    if known:
+        assert roof is not None and roof["model"] == meta["model"]["name"] and roof["gpu"] == meta["hardware"]["gpu"]
+        (ideal,) = ax.lines(ROOFLINE, dashed=True)
+        _on(ax, ideal, _line(roof["ideal_base_ms"], roof["ideal_per_1k_kv_ms"], kv))
+        assert {"fit (all tokens)", "roofline ideal"} <= set(ax.legend())
+        assert roof_keys == {f"decode.roofline.{k}" for k in ("ideal_step_ms", "measured_step_ms",
+                                                              "bandwidth_efficiency")}
+        assert html.escape(roof["model"]) in dec and html.escape(roof["gpu"]) in dec
+    else:
+        assert roof is None and d["roofline_note"]
+        assert ax.lines(ROOFLINE, dashed=True) == [] and "roofline ideal" not in ax.texts() and not roof_keys
+        assert f"No roofline: {html.escape(d['roofline_note'])}." in dec
 
 
 def test_an_empty_trace_is_one_line_and_exit_3(tmp_path: Path) -> None:

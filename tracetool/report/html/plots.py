@@ -181,8 +181,6 @@ def batched(points: list[tuple[float, float, int]], by_batch: list[dict[str, Any
             group = [p for p in points if lo_b <= p[2] <= hi_b]
             ax.scatter([p[0] for p in group], [p[1] for p in group], s=5, alpha=0.55, color=colour, linewidths=0,
                        label=f"batch {lo_b}" if lo_b == hi_b else f"batch {lo_b}–{hi_b}")
-        if points:
-            ax.legend(loc="upper left", markerscale=2)
         lo, hi = _kv_range([(p[0], p[1]) for p in points], fit)
         if fit is not None and lo is not None and hi is not None and points:
             sizes = sorted({p[2] for p in points})
@@ -195,6 +193,8 @@ def batched(points: list[tuple[float, float, int]], by_batch: list[dict[str, Any
                             fontsize=7, ha="right", va="bottom", color=ACCENT, xytext=(0, 2 + 9 * (b != sizes[-1])),
                             textcoords="offset points")
         _roofline_line(ax, roofline, lo, hi)
+        if points:  # after every labelled line: the roofline's dashed line is named in it too
+            ax.legend(loc="upper left", markerscale=2)
         ax.set_xlabel("KV tokens summed over the batch")
         ax.set_ylabel("decode-only step (ms)")
         ax.set_ylim(bottom=0)
