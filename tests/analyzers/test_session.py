@@ -158,10 +158,11 @@ def test_without_the_tail_its_tables_are_made_empty_with_their_columns(tmp_path:
     """The connection a tail-less session opens creates the tail's data tables from ``LIMIT 0`` of their
     queries (DuckDB runs none of them): no rows, the columns and types a full analysis gives them, so the
     modules after them and the session's prepared refreshes bind the same; every other statement as is."""
+    from tail_scenarios import queue_bursts
+
     from analyzers.connection import _open
     from analyzers.modules import script, tail_tables
     from analyzers.params import Thresholds
-    from tail_scenarios import queue_bursts
 
     full, empty = script(), script(frozenset({"no_tail"}))
     assert full.count(";\n") == empty.count(";\n") and empty.count(") LIMIT 0;\n") == len(tail_tables())
