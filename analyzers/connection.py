@@ -177,7 +177,10 @@ def _open(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | None,
         con.execute("SET allowed_paths = [" + ", ".join(_lit(f) for f in lazy) + "]")
     con.execute("SET enable_external_access = false; SET python_enable_replacements = false")
     spill = spill_quantiles(traces, memory_limit) if spill is None else spill
-    run_all(con, _disabled(small), frozenset(["spill_quantiles"] * bool(spill) + ["no_tail"] * (not tail)))
+    flags = {"spill_quantiles"} if spill else set()
+    if not tail:
+        flags.add("no_tail")
+    run_all(con, _disabled(small), frozenset(flags))
     return con, registered
 
 
@@ -343,8 +346,6 @@ class Session:
         _insert(con, "_hardware", _hardware_rows(roof, labels))
         with _optimizers(con, small):
             con.execute(self._refresh_sql)  # one script: the GIL given up once (see run_all)
-
-
 
 
 def _traces_rows(traces: Sequence[Trace], labels: Sequence[str]) -> list[list[object]]:
