@@ -95,33 +95,48 @@ def make_app(rec: Recorder) -> Any:
     return app
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[str, Recorder]]:
+class Served:
     """The test app on a real uvicorn (loopback, free port) in a thread."""
-    import uvicorn
 
-    rec = Recorder(tmp_path / "trace").start()
-    config = uvicorn.Config(make_app(rec), host="127.0.0.1", port=0, log_level="critical", lifespan="off")
-    server = uvicorn.Server(config)
-    th = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
-    th.start()
-    wait_until(lambda: server.started or not th.is_alive(), "uvicorn listening", interval=0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}", rec
-    server.should_exit = True
-    th.join(10)
-    rec.close()
+    def __init__(self, rec: Recorder) -> None:
+        import uvicorn
+
+        self.rec = rec
+        config = uvicorn.Config(make_app(rec), host="127.0.0.1", port=0, log_level="critical", lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve()), daemon=True)
+        self.thread.start()
+        wait_until(lambda: self.server.started or not self.thread.is_alive(), "uvicorn listening", interval=0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+
+    def stop(self) -> Recorder:
+        """Shut the server down, then close the recorder. The client has its response before the
+        middleware records ``server.request`` and the request's row (they come after the last
+        byte is sent); uvicorn's graceful shutdown waits for those request tasks to end."""
+        self.server.should_exit = True
+        self.thread.join(10)
+        assert not self.thread.is_alive(), "uvicorn did not shut down"
+        self.rec.close()
+        return self.rec
 
 
-def test_plain_response_gets_request_id_and_server_timing(served: tuple[str, Recorder]) -> None:
-    url, rec = served
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    s = Served(Recorder(tmp_path / "trace").start())
+    yield s
+    s.stop()
+
+
+def test_plain_response_gets_request_id_and_server_timing(served: Served) -> None:
+    url = served.url
     r = httpx.get(f"{url}/plain", headers={"X-Request-ID": "req-42"})
     assert r.status_code == 200 and r.headers["x-request-id"] == "req-42"
     assert r.json()["request_id"] == "req-42"
     timing = parse_server_timing(r.headers["server-timing"])
     assert timing["queue"] == pytest.approx(3.0) and timing["prefill"] == pytest.approx(2.0)
     assert "tokenize" in timing and timing["server"] >= 0
-    rec.close()
+    rec = served.stop()
     d = span_durations(open_trace(rec.path))["req-42"]
     assert set(d) == {"server.request", "queue", "prefill", "tokenize"}
     assert d["server.request"] >= timing["server"] * MS - 1000  # the span ends after the header was built
@@ -137,15 +152,15 @@ def test_request_ids_adopted_or_made() -> None:
     assert request_id_from_headers([]) is None
 
 
-def test_made_up_id_is_echoed(served: tuple[str, Recorder]) -> None:
-    url, _ = served
+def test_made_up_id_is_echoed(served: Served) -> None:
+    url = served.url
     a, b = httpx.get(f"{url}/plain"), httpx.get(f"{url}/plain", headers={"X-Request-ID": "no spaces allowed"})
     assert len(a.headers["x-request-id"]) == 32 and a.headers["x-request-id"] != b.headers["x-request-id"]
 
 
 @pytest.mark.parametrize("together", [True, False])
-def test_sse_final_event_carries_server_timing(served: tuple[str, Recorder], together: bool) -> None:
-    url, _ = served
+def test_sse_final_event_carries_server_timing(served: Served, together: bool) -> None:
+    url = served.url
     with httpx.stream("GET", f"{url}/sse", params={"together": "1" if together else "0"}) as r:
         assert "server-timing" not in r.headers  # streamed: the numbers come at the end
         events = [ln[6:] for ln in r.iter_lines() if ln.startswith("data: ")]
@@ -159,32 +174,32 @@ def test_sse_final_event_carries_server_timing(served: tuple[str, Recorder], tog
         assert "server_timing" not in json.loads(events[-3])
 
 
-def test_worker_threads_record_on_the_request(served: tuple[str, Recorder]) -> None:
-    url, rec = served
+def test_worker_threads_record_on_the_request(served: Served) -> None:
+    url = served.url
     r = httpx.get(f"{url}/threaded", headers={"X-Request-ID": "t1"})
     assert r.text == "True"
     assert parse_server_timing(r.headers["server-timing"])["decode"] == pytest.approx(1.0)
-    rec.close()
+    rec = served.stop()
     t = open_trace(rec.path)
     assert t.table("tokens").column("request_id").to_pylist() == ["t1"]
 
 
-def test_app_errors_pass_through_and_are_recorded(served: tuple[str, Recorder]) -> None:
-    url, rec = served
+def test_app_errors_pass_through_and_are_recorded(served: Served) -> None:
+    url = served.url
     r = httpx.get(f"{url}/boom", headers={"X-Request-ID": "b1"})
     assert r.status_code == 500  # Starlette's own error page: the exception reached it untouched
     r = httpx.get(f"{url}/nowhere", headers={"X-Request-ID": "n1"})
     assert r.status_code == 404
-    rec.close()
+    rec = served.stop()
     rows = {row["request_id"]: row for row in open_trace(rec.path).table("requests").to_pylist()}
     assert rows["b1"]["status"] == "error" and "handler broke" in rows["b1"]["error"]
     assert rows["n1"]["status"] == "error" and rows["n1"]["error"] == "HTTP 404"
 
 
-def test_health_checks_are_not_recorded(served: tuple[str, Recorder]) -> None:
-    url, rec = served
+def test_health_checks_are_not_recorded(served: Served) -> None:
+    url = served.url
     assert httpx.get(f"{url}/health").status_code == 200
-    rec.close()
+    rec = served.stop()
     assert open_trace(rec.path).rows("spans") == 0
 
 
