@@ -328,40 +328,42 @@ DROP TABLE _tokens_itl_values;
 
 -- The one ordered pass over the tokens (tokens_gaps) of successful requests, one row: every figure of
 -- tokens_gap_stats, and the lists module tail reads (a sample of the gaps, the stalls).
+-- Conditions are CASE expressions inside the aggregates (aggregates skip the nulls), not FILTER clauses:
+-- DuckDB runs each FILTER as its own selection of the chunk for its aggregate, and with two dozen of them
+-- the aggregate took twice the time of the same sums over CASE expressions (10M tokens: 2.2 s against
+-- 1.0 s). The lists keep FILTER: list() keeps nulls.
 CREATE OR REPLACE TEMP TABLE _tokens_gap_pass AS
 WITH s AS (
     SELECT
-        count(*) FILTER (WHERE emission) AS gaps,
+        count(CASE WHEN emission THEN 1 END) AS gaps,
         count(*) AS gap_tokens,
-        count(client_itl_ms) FILTER (WHERE emission) AS client_gaps,
-        favg(itl_ms) FILTER (WHERE emission) AS itl_mean_ms,
+        count(CASE WHEN emission THEN client_itl_ms END) AS client_gaps,
+        favg(CASE WHEN emission THEN itl_ms END) AS itl_mean_ms,
         -- in memory unless the spilled path computed them (_tokens_itl_exact): one decision for the pass
-        quantile_cont(itl_ms, [0.5, 0.9, 0.95, 0.99, 0.4, 0.6])
-            FILTER (WHERE emission AND _q_in_memory) AS q,
+        quantile_cont(CASE WHEN emission AND _q_in_memory THEN itl_ms END, [0.5, 0.9, 0.95, 0.99, 0.4, 0.6]) AS q,
         count(host_ms) AS host_gaps,
         sum(host_ms) AS host_sum_ms,
-        sum(step_ms) FILTER (WHERE host_ms IS NOT NULL) AS host_step_sum_ms,
-        count(kv_len) FILTER (WHERE server_itl_ms > 0) AS itl_fit_n,
-        sum(kv_len::DOUBLE) FILTER (WHERE server_itl_ms > 0) AS itl_fit_sx,
-        sum(kv_len::DOUBLE * kv_len) FILTER (WHERE server_itl_ms > 0) AS itl_fit_sxx,
-        sum(CASE WHEN kv_len IS NOT NULL THEN server_itl_ms END) FILTER (WHERE server_itl_ms > 0) AS itl_fit_sy,
-        sum(CASE WHEN kv_len IS NOT NULL THEN server_itl_ms * server_itl_ms END) FILTER (WHERE server_itl_ms > 0)
-            AS itl_fit_syy,
-        sum(kv_len * server_itl_ms) FILTER (WHERE server_itl_ms > 0) AS itl_fit_sxy,
-        count(*) FILTER (WHERE step_emission) AS step_emissions,
-        count(*) FILTER (WHERE _has_step) AS step_tokens,
+        sum(CASE WHEN host_ms IS NOT NULL THEN step_ms END) AS host_step_sum_ms,
+        count(CASE WHEN server_itl_ms > 0 THEN kv_len END) AS itl_fit_n,
+        sum(CASE WHEN server_itl_ms > 0 THEN kv_len::DOUBLE END) AS itl_fit_sx,
+        sum(CASE WHEN server_itl_ms > 0 THEN kv_len::DOUBLE * kv_len END) AS itl_fit_sxx,
+        sum(CASE WHEN server_itl_ms > 0 AND kv_len IS NOT NULL THEN server_itl_ms END) AS itl_fit_sy,
+        sum(CASE WHEN server_itl_ms > 0 AND kv_len IS NOT NULL THEN server_itl_ms * server_itl_ms END) AS itl_fit_syy,
+        sum(CASE WHEN server_itl_ms > 0 THEN kv_len * server_itl_ms END) AS itl_fit_sxy,
+        count(CASE WHEN step_emission THEN 1 END) AS step_emissions,
+        count(CASE WHEN _has_step THEN 1 END) AS step_tokens,
         min(step_match) AS step_match_min, max(step_match) AS step_match_max,
         -- sums of the parts; the engine gap is what is left (steps_accounting): no per-row split here
-        sum(server_itl_ms) FILTER (WHERE step_emission) AS step_itl_ms,
+        sum(CASE WHEN step_emission THEN server_itl_ms END) AS step_itl_ms,
         sum(own_ms) AS step_own_ms,
-        sum(between_prefill_ms) FILTER (WHERE NOT preempted) AS step_prefill_wait_ms,
+        sum(CASE WHEN NOT preempted THEN between_prefill_ms END) AS step_prefill_wait_ms,
         sum(prefill_slowed_ms) AS step_prefill_slowed_ms,
-        sum(between_other_ms) FILTER (WHERE NOT preempted) AS step_other_decode_ms,
-        sum(server_itl_ms - own_ms) FILTER (WHERE preempted) AS step_no_step_ms,
+        sum(CASE WHEN NOT preempted THEN between_other_ms END) AS step_other_decode_ms,
+        sum(CASE WHEN preempted THEN server_itl_ms - own_ms END) AS step_no_step_ms,
         -- a list, not count(DISTINCT): stalls are few, and a DISTINCT aggregate slows the whole pass
         len(list_distinct(list(request_key) FILTER (WHERE preempted))) AS step_stalled_requests,
-        count(*) FILTER (WHERE preempted) AS step_stalls,
-        max(server_itl_ms - own_ms) FILTER (WHERE preempted) AS step_longest_stall_ms,
+        count(CASE WHEN preempted THEN 1 END) AS step_stalls,
+        max(CASE WHEN preempted THEN server_itl_ms - own_ms END) AS step_longest_stall_ms,
         -- module tail: a deterministic sample of the gaps (every gap up to tail_itl_sample decode tokens) and
         -- each preemption stall with its request. Each gap: its ITL and the step accounting's raw figures,
         -- which module tail splits as steps_emissions does; flags: 1 the request's first gap, 2 preempted,
