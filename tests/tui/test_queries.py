@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
+from tracetool.tui.model import View
 from tracetool.tui.queries import (
+    SCREEN_THREADS,
     ConsoleRefused,
     check_readonly,
     decode_data,
@@ -33,6 +35,19 @@ def test_decode_bins_follow_the_fit_basis(chat: Path, snap: Any) -> None:
     cell = d.y_max / 96
     for kv, ms, n in d.density:
         assert n > 0 and abs(ms - (fit["base_ms"] + fit["per_1k_kv_ms"] * kv / 1000)) <= cell
+
+
+def test_screen_queries_leave_a_core_to_the_app(chat: Path) -> None:
+    """A screen's query (here the console's) runs on all cores but one, and the analysis gets its own
+    setting back: a live view analyses its next snapshot on the same connection."""
+    import analyzers
+
+    a = analyzers.analyze(chat)
+    view = View(a.label, a, a.to_json(), lock=a._lock)
+    a.con.execute("SET threads = 4")
+    assert run_console(view, "SELECT current_setting('threads')").rows[0][0] == min(4, SCREEN_THREADS)
+    assert a.con.execute("SELECT current_setting('threads')").fetchall()[0][0] == 4
+    a.release()
 
 
 def test_system_data_aligns_gpu_with_decode_windows(chat: Path, snap: Any) -> None:

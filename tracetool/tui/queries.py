@@ -14,7 +14,10 @@ No textual here (tested headless).
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,14 +35,34 @@ Y_BINS = 96
 TIME_BUCKETS = 240
 
 
-def _sql(view: View, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
+#: DuckDB threads of a screen's queries: all cores but one, which stays with drawing and keys. A screen's
+#: query runs while the user moves on (the Decode screen bins every token again: seconds at 10M tokens),
+#: and on two cores a query on both starved the app's thread: a view switch took 190-310 ms.
+SCREEN_THREADS = max(1, (os.cpu_count() or 1) - 1)
+
+
+@contextmanager
+def _connection(view: View) -> Iterator[duckdb.DuckDBPyConnection]:
+    """The view's connection, its lock held, with at most :data:`SCREEN_THREADS` threads (the
+    analysis's own setting is put back: a live view analyses the next snapshot on it)."""
     with view.lock:
-        return view.analysis.con.execute(sql, params or []).fetchall()
+        con = view.analysis.con
+        threads = con.execute("SELECT current_setting('threads')").fetchall()[0][0]
+        con.execute(f"SET threads = {min(int(threads), SCREEN_THREADS)}")
+        try:
+            yield con
+        finally:
+            con.execute(f"SET threads = {int(threads)}")
+
+
+def _sql(view: View, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
+    with _connection(view) as con:
+        return con.execute(sql, params or []).fetchall()
 
 
 def _arrow(view: View, sql: str, params: list[Any] | None = None) -> pa.Table:
-    with view.lock:
-        return view.analysis.con.sql(sql, params=params or None).to_arrow_table()
+    with _connection(view) as con:
+        return con.sql(sql, params=params or None).to_arrow_table()
 
 
 # -- decode ---------------------------------------------------------------------------------
@@ -315,8 +338,7 @@ def run_console(view: View, sql: str, max_rows: int = 500) -> ConsoleResult:
             (a missing table, a file read refused by the disabled external access).
     """
     t0 = time.perf_counter()
-    with view.lock:
-        con = view.analysis.con
+    with _connection(view) as con:
         query = check_readonly(con, sql)
         try:
             cur = con.execute(query)
