@@ -52,8 +52,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from collectors.torch_hooks.kv import (
-    CACHE_READERS,
-    LAYERED,
     SHAPE_LAYERS,
     cache_seq_len,
     input_shape,
@@ -319,11 +317,12 @@ def _timing_function(h: HookHandle, inner: Callable[..., Any]) -> Callable[..., 
         return timed_cuda
 
     feed = h._feed
-    sink = h._sink
-    cap = sink.max_pending_rows
-    readers, layered, shape_layers = CACHE_READERS, LAYERED, SHAPE_LAYERS
-    ids, capturing, capture = _STEP_IDS, _CAPTURING, _capture
+    cap = h._sink.max_pending_rows
+    shape_layers = SHAPE_LAYERS
+    ids, capturing = _STEP_IDS, _CAPTURING
 
+    # Every free variable is touched on each call (the frame takes a reference to each cell), so
+    # only what the common step uses is one; the rest is reached through ``h`` where it is needed.
     def timed(*args: Any, **kwargs: Any) -> Any:
         if not on[0]:
             return inner(*args, **kwargs)
@@ -334,8 +333,12 @@ def _timing_function(h: HookHandle, inner: Callable[..., Any]) -> Callable[..., 
                 cache: Any = kwargs.get("cache")
                 if cache is None:
                     cache = kwargs.get("past_key_values")
-                if readers.get(type(cache)) is layered:
-                    layer = cache.layers[0]  # none yet: a first call, read below
+                # a list of layers whose first is a DynamicLayer: what kv._layered_len reads through
+                # kv._dynamic_layer_len (the list's type is read from the object indexed next; no
+                # cache, or one of another kind, takes the general reading without an exception)
+                layers = getattr(cache, "layers", None)
+                if type(layers) is list:
+                    layer = layers[0]  # none yet: a first call, read below
                     if type(layer) in shape_layers:
                         batch, q = (args[0] if args else kwargs["input_ids"]).shape
                         _, _, past, _ = layer.keys.shape  # [batch, heads, seq, dim] once updated
@@ -346,7 +349,7 @@ def _timing_function(h: HookHandle, inner: Callable[..., Any]) -> Callable[..., 
             else:
                 kv, prefill = past + q, q > 1 or past == 0
         except Exception as e:
-            rec.error("torch_hooks", e)
+            h.recorder.error("torch_hooks", e)
             return inner(*args, **kwargs)
         out = inner(*args, **kwargs)
         try:
@@ -354,13 +357,13 @@ def _timing_function(h: HookHandle, inner: Callable[..., Any]) -> Callable[..., 
             if len(feed) < cap:
                 feed.append(raw)
             else:
-                sink.dropped += 1
+                h._sink.dropped += 1
             if capturing[0]:  # some thread is inside capture(): is it this one?
-                captured = capture.get()
+                captured = _capture.get()
                 if captured is not None:
                     captured.append(raw)
         except Exception as e:
-            rec.error("torch_hooks", e)
+            h.recorder.error("torch_hooks", e)
         return out
 
     return timed
