@@ -116,9 +116,10 @@ class HookHandle:
         self.cuda = cuda
         self.method = method
         self.active = True
-        #: ``[active and recording]``: the one flag the timing function reads per call (kept by
-        #: :meth:`remove` and the recorder's switch, so a step reads no property)
-        self._on = [recorder.enabled]
+        #: active and recording (kept by :meth:`remove` and the recorder's switch, so a step reads
+        #: no property); the timing function keeps its own copy, told through ``_on_changed``
+        self._on: bool = recorder.enabled
+        self._on_changed: list[Callable[[bool], None]] = []
         self._sink: Any = recorder.sink("steps")
         self._last: Any = None
         #: the last step before :meth:`new_sequence` (the last-resort kv_len counts from there)
@@ -182,7 +183,7 @@ class HookHandle:
         """
         raw = self._last
         if (type(raw) is tuple and step is None and kv_len is None and not emit_ns and type(index) is int
-                and self._on[0] and request.recorder is self.recorder):
+                and self._on and request.recorder is self.recorder):
             # a token of this module's last CPU step (a CUDA step is a list), now: one flat tuple
             # for the flusher (rows.token_columns)
             feed = self._token_feed
@@ -204,7 +205,7 @@ class HookHandle:
         if not self.active:
             return
         self.active = False  # a pass-through from now on, if something still calls the function
-        self._on[0] = False
+        self._set_on(False)
         self._forget_switch()
         for undo in reversed(self._undo):
             self.recorder.guard(undo, where="uninstrument")
@@ -224,7 +225,12 @@ class HookHandle:
         self.remove()
 
     def _switch(self, enabled: bool) -> None:
-        self._on[0] = self.active and enabled
+        self._set_on(self.active and enabled)
+
+    def _set_on(self, on: bool) -> None:
+        self._on = on
+        for fn in self._on_changed:
+            fn(on)
 
     def close(self) -> None:
         """Resolve and write what is pending (called when the recorder closes)."""
@@ -293,12 +299,21 @@ def _timing_function(h: HookHandle, inner: Callable[..., Any]) -> Callable[..., 
     are recorded by :meth:`HookHandle._post`.
     """
     rec = h.recorder
-    on = h._on
     timer = h._timer
     clock = now_ns
+
+    # The flag as a variable of this closure: a step reads it without touching another object.
+    on = h._on
+
+    def switch(value: bool) -> None:
+        nonlocal on
+        on = value
+
+    h._on_changed.append(switch)
+    on = h._on  # again after registering: a switch meanwhile is not lost
     if timer is not None:
         def timed_cuda(*args: Any, **kwargs: Any) -> Any:
-            if not on[0]:
+            if not on:
                 return inner(*args, **kwargs)
             start = clock()
             try:
@@ -324,7 +339,7 @@ def _timing_function(h: HookHandle, inner: Callable[..., Any]) -> Callable[..., 
     # Every free variable is touched on each call (the frame takes a reference to each cell), so
     # only what the common step uses is one; the rest is reached through ``h`` where it is needed.
     def timed(*args: Any, **kwargs: Any) -> Any:
-        if not on[0]:
+        if not on:
             return inner(*args, **kwargs)
         start = clock()
         try:
@@ -433,7 +448,7 @@ def _install_hooks(h: HookHandle, module: Any) -> None:
     local = threading.local()
 
     def pre_hook(mod: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if not h._on[0]:
+        if not h._on:
             return
         start = now_ns()
         try:
