@@ -127,7 +127,7 @@ class HookHandle:
         #: raw steps (step_id, start, end, batch, q_len, kv_len, prefill) waiting for the flusher,
         #: which derives the table's columns from them (:func:`~collectors.torch_hooks.rows.step_columns`)
         self._feed: list[Any] = self._sink.tuple_feed(step_columns)
-        #: tokens tied to a CPU step by :meth:`token`: (request code, index, emit_ns) + the raw step
+        #: tokens tied to a CPU step by :meth:`token`: (request code, index, emit_ns, the raw step)
         self._tokens: Any = recorder.sink("tokens")
         self._token_feed: list[Any] = self._tokens.tuple_feed(
             functools.partial(token_columns, strings=self._tokens.strings))
@@ -184,11 +184,11 @@ class HookHandle:
         raw = self._last
         if (type(raw) is tuple and step is None and kv_len is None and not emit_ns and type(index) is int
                 and self._on and request.recorder is self.recorder):
-            # a token of this module's last CPU step (a CUDA step is a list), now: one flat tuple
-            # for the flusher (rows.token_columns)
+            # a token of this module's last CPU step (a CUDA step is a list), now: one small tuple
+            # that holds the step's own, for the flusher (rows.token_columns)
             feed = self._token_feed
             if len(feed) < self._token_cap:
-                feed.append((request.code, index, now_ns()) + raw)  # noqa: RUF005 (one tuple, no list)
+                feed.append((request.code, index, now_ns(), raw))
             else:
                 self._tokens.dropped += 1
             return
