@@ -52,8 +52,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from collectors.torch_hooks.kv import (
-    CACHE_READERS,
-    LAYERED,
     SHAPE_LAYERS,
     cache_seq_len,
     input_shape,
@@ -118,9 +116,10 @@ class HookHandle:
         self.cuda = cuda
         self.method = method
         self.active = True
-        #: ``[active and recording]``: the one flag the timing function reads per call (kept by
-        #: :meth:`remove` and the recorder's switch, so a step reads no property)
-        self._on = [recorder.enabled]
+        #: active and recording (kept by :meth:`remove` and the recorder's switch, so a step reads
+        #: no property); the timing function keeps its own copy, told through ``_on_changed``
+        self._on: bool = recorder.enabled
+        self._on_changed: list[Callable[[bool], None]] = []
         self._sink: Any = recorder.sink("steps")
         self._last: Any = None
         #: the last step before :meth:`new_sequence` (the last-resort kv_len counts from there)
@@ -128,7 +127,7 @@ class HookHandle:
         #: raw steps (step_id, start, end, batch, q_len, kv_len, prefill) waiting for the flusher,
         #: which derives the table's columns from them (:func:`~collectors.torch_hooks.rows.step_columns`)
         self._feed: list[Any] = self._sink.tuple_feed(step_columns)
-        #: tokens tied to a CPU step by :meth:`token`: (request code, index, emit_ns) + the raw step
+        #: tokens tied to a CPU step by :meth:`token`: (request code, index, emit_ns, the raw step)
         self._tokens: Any = recorder.sink("tokens")
         self._token_feed: list[Any] = self._tokens.tuple_feed(
             functools.partial(token_columns, strings=self._tokens.strings))
@@ -184,12 +183,12 @@ class HookHandle:
         """
         raw = self._last
         if (type(raw) is tuple and step is None and kv_len is None and not emit_ns and type(index) is int
-                and self._on[0] and request.recorder is self.recorder):
-            # a token of this module's last CPU step (a CUDA step is a list), now: one flat tuple
-            # for the flusher (rows.token_columns)
+                and self._on and request.recorder is self.recorder):
+            # a token of this module's last CPU step (a CUDA step is a list), now: one small tuple
+            # that holds the step's own, for the flusher (rows.token_columns)
             feed = self._token_feed
             if len(feed) < self._token_cap:
-                feed.append((request.code, index, now_ns()) + raw)  # noqa: RUF005 (one tuple, no list)
+                feed.append((request.code, index, now_ns(), raw))
             else:
                 self._tokens.dropped += 1
             return
@@ -206,7 +205,7 @@ class HookHandle:
         if not self.active:
             return
         self.active = False  # a pass-through from now on, if something still calls the function
-        self._on[0] = False
+        self._set_on(False)
         self._forget_switch()
         for undo in reversed(self._undo):
             self.recorder.guard(undo, where="uninstrument")
@@ -226,7 +225,12 @@ class HookHandle:
         self.remove()
 
     def _switch(self, enabled: bool) -> None:
-        self._on[0] = self.active and enabled
+        self._set_on(self.active and enabled)
+
+    def _set_on(self, on: bool) -> None:
+        self._on = on
+        for fn in self._on_changed:
+            fn(on)
 
     def close(self) -> None:
         """Resolve and write what is pending (called when the recorder closes)."""
@@ -295,12 +299,21 @@ def _timing_function(h: HookHandle, inner: Callable[..., Any]) -> Callable[..., 
     are recorded by :meth:`HookHandle._post`.
     """
     rec = h.recorder
-    on = h._on
     timer = h._timer
     clock = now_ns
+
+    # The flag as a variable of this closure: a step reads it without touching another object.
+    on = h._on
+
+    def switch(value: bool) -> None:
+        nonlocal on
+        on = value
+
+    h._on_changed.append(switch)
+    on = h._on  # again after registering: a switch meanwhile is not lost
     if timer is not None:
         def timed_cuda(*args: Any, **kwargs: Any) -> Any:
-            if not on[0]:
+            if not on:
                 return inner(*args, **kwargs)
             start = clock()
             try:
@@ -319,13 +332,14 @@ def _timing_function(h: HookHandle, inner: Callable[..., Any]) -> Callable[..., 
         return timed_cuda
 
     feed = h._feed
-    sink = h._sink
-    cap = sink.max_pending_rows
-    readers, layered, shape_layers = CACHE_READERS, LAYERED, SHAPE_LAYERS
-    ids, capturing, capture = _STEP_IDS, _CAPTURING, _capture
+    cap = h._sink.max_pending_rows
+    shape_layers = SHAPE_LAYERS
+    ids, capturing = _STEP_IDS, _CAPTURING
 
+    # Every free variable is touched on each call (the frame takes a reference to each cell), so
+    # only what the common step uses is one; the rest is reached through ``h`` where it is needed.
     def timed(*args: Any, **kwargs: Any) -> Any:
-        if not on[0]:
+        if not on:
             return inner(*args, **kwargs)
         start = clock()
         try:
@@ -334,8 +348,12 @@ def _timing_function(h: HookHandle, inner: Callable[..., Any]) -> Callable[..., 
                 cache: Any = kwargs.get("cache")
                 if cache is None:
                     cache = kwargs.get("past_key_values")
-                if readers.get(type(cache)) is layered:
-                    layer = cache.layers[0]  # none yet: a first call, read below
+                # a list of layers whose first is a DynamicLayer: what kv._layered_len reads through
+                # kv._dynamic_layer_len (the list's type is read from the object indexed next; no
+                # cache, or one of another kind, takes the general reading without an exception)
+                layers = getattr(cache, "layers", None)
+                if type(layers) is list:
+                    layer = layers[0]  # none yet: a first call, read below
                     if type(layer) in shape_layers:
                         batch, q = (args[0] if args else kwargs["input_ids"]).shape
                         _, _, past, _ = layer.keys.shape  # [batch, heads, seq, dim] once updated
@@ -346,7 +364,7 @@ def _timing_function(h: HookHandle, inner: Callable[..., Any]) -> Callable[..., 
             else:
                 kv, prefill = past + q, q > 1 or past == 0
         except Exception as e:
-            rec.error("torch_hooks", e)
+            h.recorder.error("torch_hooks", e)
             return inner(*args, **kwargs)
         out = inner(*args, **kwargs)
         try:
@@ -354,13 +372,13 @@ def _timing_function(h: HookHandle, inner: Callable[..., Any]) -> Callable[..., 
             if len(feed) < cap:
                 feed.append(raw)
             else:
-                sink.dropped += 1
+                h._sink.dropped += 1
             if capturing[0]:  # some thread is inside capture(): is it this one?
-                captured = capture.get()
+                captured = _capture.get()
                 if captured is not None:
                     captured.append(raw)
         except Exception as e:
-            rec.error("torch_hooks", e)
+            h.recorder.error("torch_hooks", e)
         return out
 
     return timed
@@ -430,7 +448,7 @@ def _install_hooks(h: HookHandle, module: Any) -> None:
     local = threading.local()
 
     def pre_hook(mod: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if not h._on[0]:
+        if not h._on:
             return
         start = now_ns()
         try:

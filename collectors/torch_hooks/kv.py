@@ -77,8 +77,9 @@ def _dynamic_layer_len(layer: Any) -> int | None:
     ``numel()`` call into torch cost 2-3 µs a step with the caches cold between forward passes).
     Before the first update (``keys`` None, or 5.x's empty placeholder) it asks the method.
 
-    The timing function reads the first layer of a cache read by :func:`_layered_len` this way
-    itself when its type is in :data:`SHAPE_LAYERS`, saving a Python frame per step."""
+    The timing function reads the first layer of a cache whose ``layers`` is a list (what
+    :func:`_layered_len` reads) this way itself when its type is in :data:`SHAPE_LAYERS`, saving
+    a Python frame per step."""
     keys = layer.keys
     if keys is None:
         return 0
@@ -103,10 +104,6 @@ def _layered_len(cache: Any) -> int | None:
     return f(layer)
 
 
-#: The reader of a cache that is a list of layers (the timing function tells them by it).
-LAYERED = _layered_len
-
-
 def _dynamic4_len(cache: Any) -> int | None:
     return _seq_len_value(cache.get_seq_length())
 
@@ -126,9 +123,8 @@ def _cache_strategy(cache: Any) -> Callable[[Any], int | None]:
     return _unknown_len  # e.g. a 4.x StaticCache: its get_seq_length runs on the device
 
 
-#: The reader of each cache type seen so far (``reader(cache) -> int | None``): the step path
-#: looks a cache's type up here itself and calls the reader, one frame fewer than
-#: :func:`cache_seq_len`; a type not here yet goes through :func:`cache_seq_len`, which adds it.
+#: The reader of each cache type seen so far (``reader(cache) -> int | None``), added by
+#: :func:`cache_seq_len` the first time it sees the type.
 CACHE_READERS: dict[type, Callable[[Any], int | None]] = {}
 
 

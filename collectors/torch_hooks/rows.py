@@ -10,6 +10,7 @@ their C code being cold too). The conversion runs here, off the host's thread.
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -37,15 +38,18 @@ def step_columns(raws: list[Any]) -> dict[str, Any]:
             "kv_tokens": int_array(batch * kv, _I64)}
 
 
-#: A token tied to a CPU step (``HookHandle.token``): (request code, index, emit_ns) + the raw step.
-TOKEN_FIELDS = 3 + STEP_FIELDS
+#: A token tied to a CPU step (``HookHandle.token``): (request code, index, emit_ns, the raw step).
+TOKEN_FIELDS = 4
+_TOKEN_HEAD, _TOKEN_STEP = operator.itemgetter(0, 1, 2), operator.itemgetter(3)
 
 
 def token_columns(rows: list[Any], strings: Callable[[np.ndarray, None], pa.Array]) -> dict[str, Any]:
-    """``tokens`` columns of flat token tuples (:data:`TOKEN_FIELDS`): ``kv_len`` and the step
-    columns are the step's; ``strings(codes, None)`` turns request codes into their ids (the
-    sink's interner, :meth:`tracetool.writer.sinks.PackedSink.strings`)."""
-    code, index, emit, sid, start, end, batch, _q, kv, _pre = _int_columns(rows, TOKEN_FIELDS)
+    """``tokens`` columns of token tuples (:data:`TOKEN_FIELDS`): ``kv_len`` and the step columns
+    are the step's; ``strings(codes, None)`` turns request codes into their ids (the sink's
+    interner, :meth:`tracetool.writer.sinks.PackedSink.strings`). The step is the raw step tuple
+    itself, not a copy of its fields: one small tuple on the token's path instead of two."""
+    code, index, emit = _int_columns(list(map(_TOKEN_HEAD, rows)), 3)
+    sid, start, end, batch, _q, kv, _pre = _int_columns(list(map(_TOKEN_STEP, rows)), STEP_FIELDS)
     return {"request_id": strings(code, None),
             "index": int_array(index, _I32), "emit_ns": int_array(emit, _I64),
             "kv_len": int_array(kv, _I32),
