@@ -94,12 +94,13 @@ def hostile_trace(directory: Path) -> Path:
                       meta={"notes": [HOSTILE]})
 
 
-_NUMBER = re.compile(r"^([+-]?[\d,]*\.?\d+)\s*(s|ms|%)?$")
+_NUMBER = re.compile(r"^([+-]?[\d,]*\.?\d+)\s*(s|ms|µs|%)?$")
 
 
 def shown_value(text: str) -> tuple[float | None, float]:
     """A number as the page shows it -> (value in the document's unit before scaling, half the
-    last shown digit): ``1.23 s`` -> (1230.0, 5.0), ``161.0 ms`` -> (161.0, 0.05), ``–`` -> None."""
+    last shown digit): ``1.23 s`` -> (1230.0, 5.0), ``161.0 ms`` -> (161.0, 0.05), ``4.2 µs`` ->
+    (0.0042, 0.00005), ``–`` -> None."""
     t = text.strip()
     if t == "–":
         return None, 0.0
@@ -112,6 +113,8 @@ def shown_value(text: str) -> tuple[float | None, float]:
     v = float(digits)
     if unit == "s":
         return v * 1000, half * 1000
+    if unit == "µs":
+        return v / 1000, half / 1000
     return v, half
 
 

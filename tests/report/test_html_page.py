@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from html_drawn import Axes, axes
-from html_fixtures import SAMPLES, check_numbers, engine_scope_trace, engine_trace, hostile_trace, marked, section
+from html_fixtures import SAMPLES, at, check_numbers, engine_scope_trace, engine_trace, hostile_trace, marked, section
 
 from tests.conftest import REPO, make_trace, spans_table
 from tracetool.report.html.figures import ACCENT, SECOND
@@ -168,6 +168,9 @@ def test_a_batched_engine_draws_decode_under_batching_where_the_analysis_and_its
         f"decode.roofline.{k}" for k in ("ideal_step_ms", "measured_step_ms", "bandwidth_efficiency")} <= {
         x["key"] for x in numbers}
     check_numbers(numbers, doc)
+    small = [x for x in numbers if x["key"].startswith("decode.fit.") and x["key"].endswith("_ms")
+             and 0 < abs(at(doc, x["key"]) or 0) < 0.1]
+    assert small and all(x["text"].endswith("µs") for x in small), small  # a slope of µs, not "0.06 ms"
     svgs = re.findall(r"<svg.*?</svg>", dec, re.S)
     assert len(svgs) == 1 and "<title>Decode under batching: step time against summed KV and batch size" in svgs[0]
     by_kv, by_batch = axes(svgs[0])

@@ -175,11 +175,12 @@ def _decode_numbers(d: dict[str, Any]) -> str:
     if fit:
         r2 = NOT_MEASURED if fit["r2"] is None else f"{fit['r2']:.2f}"
         rows = [["basis", esc(fit["basis"])], ["at 0 KV", n(fmt.ms(fit["base_ms"]), "decode.fit.base_ms")],
-                ["per 1k KV tokens", n(fmt.ms(fit["per_1k_kv_ms"]), "decode.fit.per_1k_kv_ms")],
+                ["per 1k KV tokens", n(fmt.ms(fit["per_1k_kv_ms"], micro=True), "decode.fit.per_1k_kv_ms")],
                 ["r²", n(r2, "decode.fit.r2")], ["points", n(f"{fit['n']:,}", "decode.fit.n")],
                 ["KV range", f"{num(format(fit['kv_len_min'], ','))} – {num(format(fit['kv_len_max'], ','))}"]]
         if fit.get("per_seq_ms") is not None:
-            rows.insert(3, ["per sequence", n(fmt.ms(fit["per_seq_ms"]), "decode.fit.per_seq_ms")])
+            # a slope is often a few µs: in ms at two decimals it read 0.00 ms
+            rows.insert(3, ["per sequence", n(fmt.ms(fit["per_seq_ms"], micro=True), "decode.fit.per_seq_ms")])
         out += table(["fit", ""], rows, "lr")
     roof = d["roofline"]
     if roof:
