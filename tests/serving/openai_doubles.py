@@ -134,9 +134,19 @@ class UvicornThread:
         self._thread = threading.Thread(target=self.server.run, daemon=True, name="uvicorn-double")
 
     @property
-    def url(self) -> str:
+    def base_url(self) -> str:
+        """http://127.0.0.1:PORT, without the API's ``/v1``."""
         port = self.server.servers[0].sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}/v1"
+        return f"http://127.0.0.1:{port}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/v1"
+
+    @property
+    def running(self) -> bool:
+        """Whether the server's thread is still alive (after ``__exit__``: it did not shut down)."""
+        return self._thread.is_alive()
 
     def __enter__(self) -> UvicornThread:
         self._thread.start()

@@ -20,7 +20,7 @@ from starlette.routing import Route
 from collectors import Recorder, current_request, now_ns
 from collectors.asgi import TracetoolMiddleware, request_handle, request_id_from_headers
 from tests.serving.conftest import span_durations
-from tests.waiting import wait_until
+from tests.serving.openai_doubles import UvicornThread
 from tracetool.reader import open_trace
 from tracetool.serving.sse import parse_server_timing
 
@@ -99,24 +99,16 @@ class Served:
     """The test app on a real uvicorn (loopback, free port) in a thread."""
 
     def __init__(self, rec: Recorder) -> None:
-        import uvicorn
-
         self.rec = rec
-        config = uvicorn.Config(make_app(rec), host="127.0.0.1", port=0, log_level="critical", lifespan="off")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve()), daemon=True)
-        self.thread.start()
-        wait_until(lambda: self.server.started or not self.thread.is_alive(), "uvicorn listening", interval=0.01)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
+        self.server = UvicornThread(make_app(rec)).__enter__()
+        self.url = self.server.base_url
 
     def stop(self) -> Recorder:
         """Shut the server down, then close the recorder. The client has its response before the
         middleware records ``server.request`` and the request's row (they come after the last
         byte is sent); uvicorn's graceful shutdown waits for those request tasks to end."""
-        self.server.should_exit = True
-        self.thread.join(10)
-        assert not self.thread.is_alive(), "uvicorn did not shut down"
+        self.server.__exit__()
+        assert not self.server.running, "uvicorn did not shut down"
         self.rec.close()
         return self.rec
 
