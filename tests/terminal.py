@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 from collections.abc import Callable, Iterator
@@ -10,6 +11,7 @@ from contextlib import contextmanager
 from tests.waiting import wait_until
 
 DEADLINE_S = 90.0
+_servers = itertools.count()
 
 
 class Tmux:
@@ -22,8 +24,10 @@ class Tmux:
     def run(self, *args: str) -> str:
         # pytest exports COLUMNS/LINES (80x24); the app would size itself by them, not by the pane.
         env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True,
-                              check=True, env=env).stdout
+        done = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, env=env)
+        if done.returncode:
+            raise AssertionError(f"tmux {' '.join(args[:1])} exited {done.returncode}: {done.stderr.strip()}")
+        return done.stdout
 
     def pane(self) -> str:
         return self.run("capture-pane", "-p", "-t", self.target)
@@ -54,8 +58,11 @@ class Tmux:
 
 @contextmanager
 def tmux_server(name: str, target: str) -> Iterator[Tmux]:
-    """A :class:`Tmux` whose server is killed afterwards, whatever happened."""
-    t = Tmux(f"{name}-{os.getpid()}", target)
+    """A :class:`Tmux` whose server is killed afterwards, whatever happened.
+
+    Each server gets a socket of its own: ``kill-server`` returns before the old server has let go
+    of its socket, and a ``new-session`` on the same name can reach the dying server and fail."""
+    t = Tmux(f"{name}-{os.getpid()}-{next(_servers)}", target)
     try:
         yield t
     finally:
