@@ -155,7 +155,7 @@ v AS (
                     ELSE 'no ' || component || ' spans' END || '): unknown, not zero'
             ELSE component || ' holds ' || _pct(share) || ' of e2e (' || _ms(ms) || ' per request)'
                 || CASE WHEN is_bottleneck THEN ', the largest component'
-                        ELSE '; the bottleneck is ' || coalesce(bottleneck, '-') || ' at ' || _pct(bottleneck_share) END
+                        ELSE '; the bottleneck is ' || coalesce(bottleneck, '–') || ' at ' || _pct(bottleneck_share) END
                 || CASE WHEN key = 'network' AND ne_basis = 'rtt-split' AND frontend_ms IS NOT NULL
                         THEN '; network here is a round trip (the shortest TCP handshake) per request and per '
                         || 'handshake it opened, and the server''s frontend holds ' || _ms(frontend_ms)

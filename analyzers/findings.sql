@@ -170,17 +170,17 @@ WITH f AS (
     {'id': 'tokenizer-pathological', 'detail': CASE WHEN s.tokenize_share IS NOT NULL AND (s.tokenize_share >= t.misdiagnosis_share
             OR k.us_per_token >= t.tokenizer_us_per_token)
             THEN coalesce('tokenize ' || _ms(s.tokenize_ms) || ' per request = ' || _pct(s.tokenize_share) || ' of e2e'
-                -- (_f and _n print '-' for null: test for null before formatting)
-                || CASE WHEN k.us_per_token IS NOT NULL THEN ', ' || _f(k.us_per_token, 1) || ' us per prompt token over '
+                -- (_f and _n print '–' for null: test for null before formatting)
+                || CASE WHEN k.us_per_token IS NOT NULL THEN ', ' || _f(k.us_per_token, 1) || ' µs per prompt token over '
                         || _n(k.n) || ' requests with prompts of ' || _n(t.tokenizer_min_prompt_tokens) || '+ tokens'
                     WHEN s.tokenize_us_per_token IS NOT NULL THEN ', ' || _f(s.tokenize_us_per_token, 1)
-                        || ' us per prompt token'
+                        || ' µs per prompt token'
                     ELSE '' END
-                || ' (fast tokenizers: about 1 us): a pure-Python tokenizer, huge inputs or a catastrophic regex', '') END},
+                || ' (fast tokenizers: about 1 µs): a pure-Python tokenizer, huge inputs or a catastrophic regex', '') END},
     {'id': 'tokenizer-negligible', 'detail': CASE WHEN s.tokenize_share < t.misdiagnosis_share
             AND coalesce(k.us_per_token < t.tokenizer_us_per_token, true)
             THEN coalesce('tokenize ' || _ms(s.tokenize_ms) || ' per request = ' || _pct(s.tokenize_share) || ' of e2e'
-                || coalesce(' (' || _f(s.tokenize_us_per_token, 2) || ' us per prompt token'
+                || coalesce(' (' || _f(s.tokenize_us_per_token, 2) || ' µs per prompt token'
                     || CASE WHEN s.tokenize_us_per_token < t.tokenizer_us_per_token THEN ''
                         WHEN k.us_per_token IS NULL THEN '; prompts average ' || _f(s.prompt_tokens_mean, 1)
                             || ' tokens, so that is the fixed cost of a call spread over a few tokens, '

@@ -1,17 +1,18 @@
 -- Module summary: the key numbers of an analysis in one row, the evidence that
 -- findings and claim verdicts quote. Nothing new is measured here; every column
 -- is read from another module's table. The _ms/_pct/_n/_f macros format numbers
--- for the texts of findings and claims.
+-- for the texts of findings and claims as every other surface prints them (tracetool.units,
+-- tracetool.glyphs): µs below 0.1 ms, and an en dash, never a hyphen, for a value not measured.
 
 CREATE OR REPLACE MACRO _ms(x) AS coalesce(CASE
     WHEN abs(x) >= 1000 THEN printf('%.2f s', x / 1000)
     WHEN abs(x) >= 10 THEN printf('%.1f ms', x)
-    WHEN abs(x) >= 0.1 THEN printf('%.2f ms', x)
-    ELSE printf('%.1f us', x * 1000) END, '-');
+    WHEN abs(x) >= 0.1 OR x = 0 THEN printf('%.2f ms', x)
+    ELSE printf('%.1f µs', x * 1000) END, '–');
 CREATE OR REPLACE MACRO _pct(x) AS coalesce(CASE WHEN x > 0 AND x < 0.001 THEN printf('%.3f %%', x * 100)
-    ELSE printf('%.1f %%', x * 100) END, '-');
-CREATE OR REPLACE MACRO _n(x) AS coalesce(format('{:,.0f}', x::DOUBLE), '-');
-CREATE OR REPLACE MACRO _f(x, d) AS coalesce(printf('%.' || d || 'f', x), '-');
+    ELSE printf('%.1f %%', x * 100) END, '–');
+CREATE OR REPLACE MACRO _n(x) AS coalesce(format('{:,.0f}', x::DOUBLE), '–');
+CREATE OR REPLACE MACRO _f(x, d) AS coalesce(printf('%.' || d || 'f', x), '–');
 
 
 -- @table summary_numbers

@@ -121,7 +121,7 @@ def test_pathological_tokenizer(tmp_path: Path) -> None:
     assert verdicts(doc)["network-rtt"] == "misdiagnosis"
     assert "tokenizer-pathological" in findings(doc) and "tokenizer-negligible" not in findings(doc)
     detail = next(f["detail"] for f in doc["findings"] if f["id"] == "tokenizer-pathological")
-    assert "375.0 us per prompt token" in detail
+    assert "375.0 µs per prompt token" in detail
 
 
 def test_short_prompts_do_not_make_a_fast_tokenizer_pathological(tmp_path: Path) -> None:
@@ -135,7 +135,7 @@ def test_short_prompts_do_not_make_a_fast_tokenizer_pathological(tmp_path: Path)
     assert "tokenizer-negligible" in findings(doc)
     assert verdicts(doc)["tokenizer"] == "misdiagnosis"
     detail = _detail(doc, "tokenizer-negligible")
-    assert "116.00 us per prompt token; prompts average 2.5 tokens" in detail
+    assert "116.00 µs per prompt token; prompts average 2.5 tokens" in detail
     assert "fixed cost of a call" in detail
 
 
@@ -148,7 +148,7 @@ def test_slow_tokenizer_on_huge_prompts_fires_on_its_per_token_cost(tmp_path: Pa
     doc = run(scenario(tmp_path / "huge-slow", reqs))
     assert doc["components"]["tokenize"]["share"] < doc["thresholds"]["misdiagnosis_share"]
     assert "tokenizer-pathological" in findings(doc) and "tokenizer-negligible" not in findings(doc)
-    assert "60.0 us per prompt token over 3 requests with prompts of 100+ tokens" in _detail(
+    assert "60.0 µs per prompt token over 3 requests with prompts of 100+ tokens" in _detail(
         doc, "tokenizer-pathological")
 
 
