@@ -29,7 +29,14 @@ from pathlib import Path
 
 import duckdb
 
-from analyzers.modules import DISABLED_OPTIMIZERS, SMALL_DISABLED_OPTIMIZERS, TEMP_TABLE_RE, run_all, tail_tables
+from analyzers.modules import (
+    DISABLED_OPTIMIZERS,
+    SMALL_DISABLED_OPTIMIZERS,
+    TEMP_TABLE_RE,
+    gap_objects,
+    run_all,
+    tail_tables,
+)
 from analyzers.modules import script as modules_script
 from analyzers.params import ClaimSpec, RooflineInputs, Thresholds
 from tracetool.errors import BadInput
@@ -99,7 +106,7 @@ def spill_quantiles(traces: Sequence[Trace], memory_limit: int | None) -> bool:
 def connect(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | None = None,
             thresholds: Thresholds | None = None, claims: Sequence[ClaimSpec] = (),
             labels: Sequence[str] | None = None, memory_limit: int | None = None,
-            spill: bool | None = None) -> duckdb.DuckDBPyConnection:
+            spill: bool | None = None, first_look: bool = False) -> duckdb.DuckDBPyConnection:
     """Register ``traces`` and run every analyzer module; returns the connection.
 
     Args:
@@ -112,13 +119,36 @@ def connect(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | Non
             sorts, joins and windows spill to a temporary directory (:func:`spill_directory`).
         spill: compute the exact ITL percentiles from a spilled table (True) or in memory (False);
             default: decided from the tokens and the memory limit (:func:`spill_quantiles`).
+        first_look: leave out the ordered pass over each request's tokens (module flags ``no_gaps``
+            and ``no_tail``): the request-level figures only, in a fraction of a big trace's time;
+            :func:`complete` makes it the whole analysis, on the same connection.
 
     The connection has external access disabled. The trace tables are registered on
     this connection only (a ``con.cursor()`` does not see them), and a connection is
     not thread-safe: use it from one thread at a time (``Analysis.query`` holds a lock).
     """
     return _open(traces, roofline=roofline, thresholds=thresholds, claims=claims, labels=labels,
-                 memory_limit=memory_limit, spill=spill)[0]
+                 memory_limit=memory_limit, spill=spill, gaps=not first_look)[0]
+
+
+def complete(con: duckdb.DuckDBPyConnection, traces: Sequence[Trace], memory_limit: int | None = None,
+             spill: bool | None = None) -> None:
+    """Make a first look (``connect(first_look=True)`` with the same traces, limit and ``spill``) the whole
+    analysis: :data:`~analyzers.modules.GAPS_VIEW` and every object read from it made again, with the gaps
+    (:func:`~analyzers.modules.gap_objects`). The others do not read them, and stay as they are."""
+    flags = _flags(traces, memory_limit, spill)
+    run_all(con, _disabled(is_small(traces)), flags, only=gap_objects(flags))
+
+
+def _flags(traces: Sequence[Trace], memory_limit: int | None, spill: bool | None, *, tail: bool = True,
+           gaps: bool = True) -> frozenset[str]:
+    """The module flags (:data:`analyzers.modules.FLAGS`) of an analysis of ``traces``."""
+    flags = {"spill_quantiles"} if (spill_quantiles(traces, memory_limit) if spill is None else spill) else set()
+    if not tail:
+        flags.add("no_tail")
+    if not gaps:  # a first look: the tail reads the gaps (its tables are made when the look is completed)
+        flags |= {"no_gaps", "no_tail"}
+    return frozenset(flags)
 
 
 _spill_dir: str | None = None
@@ -141,9 +171,9 @@ def spill_directory() -> str:
 def _open(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | None, thresholds: Thresholds | None,
           claims: Sequence[ClaimSpec], labels: Sequence[str] | None,
           memory_limit: int | None = None, spill: bool | None = None,
-          tail: bool = True) -> tuple[duckdb.DuckDBPyConnection, set[str]]:
+          tail: bool = True, gaps: bool = True) -> tuple[duckdb.DuckDBPyConnection, set[str]]:
     """:func:`connect`, and the names the traces' tables were registered under; without ``tail`` the tail's
-    data tables are made empty (``Session(tail=False)``)."""
+    data tables are made empty (``Session(tail=False)``), without ``gaps`` the token gaps (a first look)."""
     from analyzers.params import roofline_inputs
 
     labels = list(labels) if labels is not None else labels_for(traces)
@@ -176,11 +206,7 @@ def _open(traces: Sequence[Trace], *, roofline: Sequence[RooflineInputs] | None,
     if lazy:  # the lazy tables' Parquet files stay readable, nothing else
         con.execute("SET allowed_paths = [" + ", ".join(_lit(f) for f in lazy) + "]")
     con.execute("SET enable_external_access = false; SET python_enable_replacements = false")
-    spill = spill_quantiles(traces, memory_limit) if spill is None else spill
-    flags = {"spill_quantiles"} if spill else set()
-    if not tail:
-        flags.add("no_tail")
-    run_all(con, _disabled(small), frozenset(flags))
+    run_all(con, _disabled(small), _flags(traces, memory_limit, spill, tail=tail, gaps=gaps))
     return con, registered
 
 

@@ -22,6 +22,7 @@ analysis from what it is given (the memory limit, the traces' size), never per r
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -44,7 +45,16 @@ TAIL_STATIC_TABLES = ("_tail_parts", "_tail_feature_names", "tail_findings_catal
 #: memory limit instead of an in-memory aggregate of 8 bytes per token (analyzers.connection).
 #: ``no_tail``: the tail's data tables (TAIL_MODULES but TAIL_STATIC_TABLES) are created empty, with their
 #: columns, without computing them (``Session(tail=False)``, a live view's ticks).
-FLAGS = ("spill_quantiles", "no_tail")
+#: ``no_gaps``: a first look (``analyze(first_look=True)``): :data:`GAPS_VIEW` has no rows, so the one pass
+#: that orders each request's tokens (most of a big trace's analysis) is not made, and every figure read
+#: from token gaps (ITL, host time, the step accounting, the server-side ITL fit) is null. The request-level
+#: attribution (where the time went, TTFT, e2e, TPOT) is the whole analysis's.
+FLAGS = ("spill_quantiles", "no_tail", "no_gaps")
+
+#: The object that pairs each token with the one before it. A first look is completed by making this object
+#: and every object read from it (:func:`gap_objects`) again, on the same connection (:func:`run_all`'s
+#: ``only``): every other object is the same with and without ``no_gaps``.
+GAPS_VIEW = "tokens_gaps"
 
 #: A statement that creates a summary table: its name and its query (a Session re-runs them for each snapshot;
 #: Spark's engine caches them as views).
@@ -114,8 +124,10 @@ DISABLED_OPTIMIZERS = "join_order"
 SMALL_DISABLED_OPTIMIZERS = "join_order,common_subexpressions,statistics_propagation,expression_rewriter,common_subplan"
 
 
-def run_all(con: Any, disabled: str = DISABLED_OPTIMIZERS, flags: frozenset[str] = frozenset()) -> None:
-    """Create every module's objects in ``con``, in dependency order.
+def run_all(con: Any, disabled: str = DISABLED_OPTIMIZERS, flags: frozenset[str] = frozenset(),
+            only: frozenset[str] | None = None) -> None:
+    """Create every module's objects in ``con``, in dependency order; with ``only``, just those objects
+    (the others exist in ``con`` already).
 
     The statements go to DuckDB as one script, so the calling thread gives up the GIL once
     for all of them instead of once per statement: in a process whose other threads run
@@ -124,20 +136,45 @@ def run_all(con: Any, disabled: str = DISABLED_OPTIMIZERS, flags: frozenset[str]
     """
     con.execute(f"SET disabled_optimizers = '{disabled}'")
     try:
-        con.execute(script(flags))
+        con.execute(script(flags, only))
     finally:
         con.execute("RESET disabled_optimizers")
 
 
 @cache
-def script(flags: frozenset[str] = frozenset()) -> str:
-    """Every module's statements for ``flags``, in run order, as one SQL script."""
+def script(flags: frozenset[str] = frozenset(), only: frozenset[str] | None = None) -> str:
+    """Every module's statements for ``flags``, in run order, as one SQL script; with ``only``, the
+    statements that create those objects."""
     unknown = set(flags) - set(FLAGS)
     if unknown:
         raise ValueError(f"unknown module flags: {sorted(unknown)}")
-    empty = tail_tables() if "no_tail" in flags else set()
-    return "".join(f"{_empty(stmt) if empty and _creates(stmt) in empty else stmt};\n"
-                   for m in all_modules() for stmt in m.statements_for(flags))
+    empty = set(tail_tables()) if "no_tail" in flags else set()
+    if "no_gaps" in flags:
+        empty.add(GAPS_VIEW)
+    stmts = [stmt for m in all_modules() for stmt in m.statements_for(flags)]
+    if only is not None:  # and a statement that makes nothing (a DROP) about one of them
+        stmts = [stmt for stmt in stmts if (name := _object(stmt)) in only or (name is None and _reads(stmt, only))]
+    return "".join(f"{_empty(stmt) if empty and _object(stmt) in empty else stmt};\n" for stmt in stmts)
+
+
+@cache
+def gap_objects(flags: frozenset[str] = frozenset()) -> frozenset[str]:
+    """:data:`GAPS_VIEW` and every object (table, view or macro) whose statement reads one of them, by name:
+    what a first look leaves out and :func:`analyzers.connection.complete` makes. A name is matched as a
+    word of the statement without its comments, so a column of the same name only adds an object (made again,
+    the same), never leaves one out."""
+    made = {GAPS_VIEW}
+    for stmt in (stmt for m in all_modules() for stmt in m.statements_for(flags)):
+        name = _object(stmt)
+        if name is not None and name not in made and _reads(stmt, made):
+            made.add(name)
+    return frozenset(made)
+
+
+def _reads(stmt: str, names: Collection[str]) -> bool:
+    """Whether ``stmt`` (its comments left out) names one of ``names`` as a word."""
+    code = _COMMENT_RE.sub("", stmt)
+    return any(re.search(rf"\b{re.escape(n)}\b", code) for n in names)
 
 
 @cache
@@ -152,11 +189,25 @@ def _creates(stmt: str) -> str | None:
     return m.group(1) if m else None
 
 
+_VIEW_RE = re.compile(r"CREATE\s+OR\s+REPLACE\s+VIEW\s+(\w+)\s+AS\s+(.*)", re.S | re.I)
+_MACRO_RE = re.compile(r"CREATE\s+OR\s+REPLACE\s+MACRO\s+(\w+)", re.I)
+_COMMENT_RE = re.compile(r"--[^\n]*")
+
+
+def _object(stmt: str) -> str | None:
+    """The table, view or macro ``stmt`` creates."""
+    m = TEMP_TABLE_RE.match(stmt.strip()) or _VIEW_RE.match(stmt.strip()) or _MACRO_RE.match(stmt.strip())
+    return m.group(1) if m else None
+
+
 def _empty(stmt: str) -> str:
-    """The table ``stmt`` creates, with its columns and no rows: DuckDB plans the query and runs none of it."""
-    m = TEMP_TABLE_RE.match(stmt.strip())
+    """The table or view ``stmt`` creates, with its columns and no rows: DuckDB plans the query and runs none
+    of it (nor, for a view, does any query that reads it)."""
+    if m := TEMP_TABLE_RE.match(stmt.strip()):
+        return f"CREATE OR REPLACE TEMP TABLE {m.group(1)} AS SELECT * FROM ({m.group(2)}) LIMIT 0"
+    m = _VIEW_RE.match(stmt.strip())
     assert m is not None
-    return f"CREATE OR REPLACE TEMP TABLE {m.group(1)} AS SELECT * FROM ({m.group(2)}) LIMIT 0"
+    return f"CREATE OR REPLACE VIEW {m.group(1)} AS SELECT * FROM ({m.group(2)}) LIMIT 0"
 
 
 def _holds(cond: tuple[str, str] | None, flags: frozenset[str]) -> bool:
