@@ -80,7 +80,8 @@ def tui(traces: tuple[Path, ...], analysis: AnalysisOptions, theme: str, group_b
         try:
             # several traces: the first paint waits for their analysis together only; the app then
             # analyses each alone in the background (a 50-trace dataset: one analysis, not 51)
-            first.set_result(analyse(source, options, generation=1, only=ALL))
+            # a big trace: a first look (the requests' figures) is painted first, each token's gap follows
+            first.set_result(analyse(source, options, generation=1, only=ALL, first_look=True))
         except BaseException as e:  # handed to the app, then re-raised here
             first.set_exception(e)
         marks["analyzed"] = time.time()

@@ -41,7 +41,7 @@ from analyzers.options import AnalysisOptions
 from tracetool.errors import TracetoolError
 from tracetool.trace_source import GroupedSource, TraceSource
 from tracetool.tui import fmt
-from tracetool.tui.model import ALL, Sessions, Snapshot, View, analyse
+from tracetool.tui.model import ALL, Sessions, Snapshot, View, analyse, complete
 from tracetool.tui.screens.decode import DecodeScreen
 from tracetool.tui.screens.groups import GroupRow, GroupScreen
 from tracetool.tui.screens.help import HelpScreen
@@ -215,9 +215,17 @@ class TraceApp(App[int]):
         try:
             if reload:
                 self.source.reload()
-            only = (self.selected or ALL) if self.source.live else None
-            snap = analyse(self.source, self.options, generation, only=only, sessions=self._sessions, group=group,
-                           behind=self.snapshot is not None, cancelled=lambda: worker.is_cancelled)
+            shown = self.snapshot
+            # a static source's traces do not change unless reloaded: what is on screen is built on, not redone
+            same = shown if shown is not None and not reload and not self.source.live and shown.group == group else None
+            if same is not None and same.first_look:
+                snap: Snapshot | None = complete(same, generation, _status(self.source))
+            else:
+                only = (self.selected or ALL) if self.source.live else None
+                together = same.views[ALL].analysis if same is not None and ALL in same.views else None
+                snap = analyse(self.source, self.options, generation, only=only, sessions=self._sessions,
+                               group=group, behind=shown is not None, cancelled=lambda: worker.is_cancelled,
+                               together=together)
         except TracetoolError as e:
             self.post_message(self.AnalysisFailed(str(e), _status(self.source), e))
             return
@@ -247,8 +255,11 @@ class TraceApp(App[int]):
                 self.selected = None
             self.snapshot = message.snapshot
             self._remember(message.snapshot)
-            if not self.source.live and len(self.snapshot.views) < len(self.snapshot.labels):
-                self.request_analysis()  # the first paint had the traces together: now each alone
+            if not self.source.live and (self.snapshot.first_look
+                                         or len(self.snapshot.views) < len(self.snapshot.labels)):
+                # the first paint was a first look (each token's gap follows), or had the traces together
+                # (each alone follows)
+                self.request_analysis()
         if self._group_choices() != self._can_group:  # the footer offers g once there is a choice
             self._can_group = not self._can_group
             self.refresh_bindings()
@@ -273,15 +284,20 @@ class TraceApp(App[int]):
     def current_view(self) -> View | None:
         return self.snapshot.view(self.selected) if self.snapshot is not None else None
 
-    def overview_painted(self) -> None:
-        """Called by the overview after the refresh that drew analysed figures."""
-        if self._painted or self.snapshot is None:
+    def overview_painted(self, whole: bool = True) -> None:
+        """Called by the overview after the refresh that drew analysed figures; ``whole``: not a first look.
+        The first call marks the first paint (``painted``), the first whole one ``whole``."""
+        if self.snapshot is None or (self._painted and (not whole or "whole" in self.timings)):
             return
-        self._painted = True
-        self.timings["painted"] = time.time()
+        now = time.time()
+        if not self._painted:
+            self._painted = True
+            self.timings["painted"] = now
+            self.post_message(self.OverviewReady())
+        if whole:
+            self.timings["whole"] = now
         if self._timings_path is not None:
             self._timings_path.write_text(json.dumps(self.timings))
-        self.post_message(self.OverviewReady())
 
     # -- groups -----------------------------------------------------------------------------
     def _group_choices(self) -> bool:
@@ -349,6 +365,9 @@ class TraceApp(App[int]):
         view = self.current_view()
         if view is None:
             self.notify("nothing analysed yet", severity="warning")
+            return
+        if view.first_look:
+            self.notify("the verdicts come with each token's gap, being analysed: a moment", timeout=4)
             return
         if not isinstance(self.screen, HypothesisScreen):
             self.push_screen(HypothesisScreen(view))

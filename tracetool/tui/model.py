@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 
 #: The label of the view that holds every trace together.
 ALL = "all"
+#: From this many tokens (a source's, together), a recording's first paint is a first look
+#: (``analyzers.analyze(first_look=True)``): the requests' figures, then each token's gap. At 10M tokens the
+#: first look is about a third of the whole analysis; below this, the whole one comes within a second or two.
+FIRST_LOOK_TOKENS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,12 @@ class View:
     analysis: Analysis
     doc: dict[str, Any]
     lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+
+    @property
+    def first_look(self) -> bool:
+        """A first look (:attr:`analyzers.Analysis.first_look`): the request-level figures are the whole
+        analysis's; ITL, the step accounting, findings and verdicts come with :func:`complete`."""
+        return self.analysis.first_look
 
     def claim(self, key: str, scope: str | None = None) -> dict[str, Any] | None:
         """The analyzer's verdict row (``claims`` table) for a claim key, about the mean request or, with a
@@ -76,6 +86,11 @@ class Snapshot:
     @property
     def labels(self) -> list[str]:
         return list(self.choices) if self.choices else list(self.views)
+
+    @property
+    def first_look(self) -> bool:
+        """Whether a view is a first look (:func:`complete` makes the snapshot whole)."""
+        return any(v.first_look for v in self.views.values())
 
     def view(self, label: str | None) -> View:
         """The view called ``label``, or the first one when it is gone (a live server dropped out)."""
@@ -147,7 +162,8 @@ class Sessions:
 def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
             only: str | None = None, sessions: Sessions | None = None,
             group: str | None = None, behind: bool = False,
-            cancelled: Callable[[], bool] | None = None) -> Snapshot | None:
+            cancelled: Callable[[], bool] | None = None, first_look: bool = False,
+            together: Analysis | None = None) -> Snapshot | None:
     """Take a snapshot of ``source`` and analyse it; None when a live source has no data yet.
 
     ``only``: with several traces, analyse just this view (``"all"`` or a trace label; None:
@@ -158,6 +174,10 @@ def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
     traces' analysis together, painted first): the traces' own analyses run one at a time, so
     drawing and keys keep a core, and stop between two when ``cancelled()`` says so (the viewer
     quit or moved on: None is returned), so quitting waits for one small analysis at most.
+    ``together``: the analysis of every trace together, made already (the first paint's); ``behind``
+    then analyses only each trace alone. ``first_look``: a static source of :data:`FIRST_LOOK_TOKENS`
+    or more analysed as one analysis (one trace, or ``only=ALL``) gets a first look
+    (:attr:`View.first_look`; :func:`complete` finishes it).
 
     Raises:
         BadInput: the traces cannot be analysed (no requests, unreadable).
@@ -183,6 +203,7 @@ def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
 
     # every story the viewer can test, asked for up front (the hypothesis key reads its verdict)
     opts = AnalysisOptions.of(options, claims=story_keys(tail=sessions is None))
+    look = first_look and sessions is None and sum(t.rows("tokens") for t in traces) >= FIRST_LOOK_TOKENS
     choices = None
     views: dict[str, View] = {}
     with sessions.take() if sessions is not None else nullcontext() as session:
@@ -195,7 +216,8 @@ def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
                 a = analyzers.analyze(traces[labels.index(only)], opts, session=session)
                 a.label = only  # alone, labels_for would drop a '#2' the combined list gives
             else:
-                a = analyzers.analyze(traces, opts, per_trace=False, session=session, labels=labels)
+                a = analyzers.analyze(traces, opts, per_trace=False, session=session, labels=labels,
+                                      first_look=look)
             t2 = time.perf_counter()
             views[a.label] = View(a.label, a, a.to_json(), lock=a._lock)
         else:
@@ -203,15 +225,17 @@ def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
                 from analyzers.connection import labels_for
 
                 labels = labels or labels_for(traces)
-                a = analyzers.analyze(traces, opts, per_trace=False, labels=labels)
+                a = together or analyzers.analyze(traces, opts, per_trace=False, labels=labels)
+                a.traces = []
                 for trace, lab in zip(traces, labels, strict=True):
                     if cancelled is not None and cancelled():
                         return None
                     one = analyzers.analyze(trace, opts, labels=[lab])
                     one.traces = []  # as analyze's per-trace analyses of several: no list of itself
                     a.traces.append(one)
-            else:
-                a = analyzers.analyze(traces, opts, session=session, labels=labels)  # one analysis: reused
+            else:  # one analysis: reused
+                a = analyzers.analyze(traces, opts, session=session, labels=labels,
+                                      first_look=look and len(traces) == 1)
             t2 = time.perf_counter()
             if len(a.traces) > 1:
                 views[ALL] = View(ALL, a, a.to_json(), lock=a._lock)
@@ -223,4 +247,20 @@ def analyse(source: TraceSource, options: AnalysisOptions, generation: int = 0,
                     choices=choices, group=group)
 
 
-__all__ = ["ALL", "Sessions", "Snapshot", "View", "analyse", "story_keys"]
+def complete(first: Snapshot, generation: int, status: str) -> Snapshot:
+    """``first`` with each first look made whole (:meth:`analyzers.Analysis.complete`, on its connection).
+
+    Raises:
+        BadInput: the traces' values break an analyzer the first look did not run."""
+    t0 = time.perf_counter()
+    views = {}
+    for label, v in first.views.items():
+        whole = v.analysis.complete()
+        views[label] = View(label, whole, whole.to_json(), lock=whole._lock) if whole is not v.analysis else v
+    t1 = time.perf_counter()
+    return Snapshot(views=views, generation=generation, status=status, source_label=first.source_label,
+                    elapsed_s=first.elapsed_s + t1 - t0, timings={**first.timings, "complete": t1 - t0},
+                    choices=first.choices, group=first.group)
+
+
+__all__ = ["ALL", "FIRST_LOOK_TOKENS", "Sessions", "Snapshot", "View", "analyse", "complete", "story_keys"]

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Footer
+from textual.widgets import Footer, Static
 
 from tracetool.trace_source import TraceSource
 from tracetool.tui.model import Snapshot, View
@@ -40,8 +40,8 @@ class TraceAppState(Protocol):
         """The view shown: the selected one of the latest snapshot (None before the first)."""
         ...
 
-    def overview_painted(self) -> None:
-        """The overview has drawn an analysis (the app times the first paint)."""
+    def overview_painted(self, whole: bool = True) -> None:
+        """The overview has drawn an analysis, ``whole`` or a first look (the app times the first paint)."""
         ...
 
 
@@ -49,6 +49,8 @@ class TraceScreen(Screen[None]):
     """A screen of the app's modes; subclasses compose :meth:`compose_body` and implement :meth:`show_view`."""
 
     MODE: ClassVar[str] = ""
+    #: Whether the screen draws a first look (:attr:`View.first_look`); the others say that they follow.
+    FIRST_LOOK: ClassVar[bool] = False
     #: Watched app attributes that change the status line.
     _HEADER_ATTRS = ("snapshot", "selected", "busy", "error_line", "status_line")
 
@@ -65,6 +67,7 @@ class TraceScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
         yield NavBar(self.MODE, id="nav")
+        yield Static(FIRST_LOOK_NOTE, id="first-look")
         yield from self.compose_body()
         yield Footer()
 
@@ -98,6 +101,12 @@ class TraceScreen(Screen[None]):
         if view is None:
             self.show_waiting()
             return
+        # a first look on a screen that does not draw one: the screen says so, and shows the whole analysis
+        # when it comes (its snapshot is a new one, and changes _shown's key)
+        self.set_class(view.first_look and not self.FIRST_LOOK, "-first-look")
+        if view.first_look and not self.FIRST_LOOK:
+            self._stale = False
+            return
         key = (self.trace_app.snapshot.generation if self.trace_app.snapshot else -1, view.label)
         self._stale = False
         if key == self._shown:
@@ -112,4 +121,8 @@ class TraceScreen(Screen[None]):
         """Nothing analysed yet (a live source with no data)."""
 
 
-__all__ = ["TraceAppState", "TraceScreen"]
+#: What a screen other than the Overview says while the analysis is a first look.
+FIRST_LOOK_NOTE = ("Analysing each token's gap to the one before (a big trace): this screen follows in a few "
+                   "seconds. The Overview (1) has the requests already.")
+
+__all__ = ["FIRST_LOOK_NOTE", "TraceAppState", "TraceScreen"]

@@ -25,6 +25,7 @@ class OverviewScreen(TraceScreen):
     """The first screen: everything here comes from the analysis's summary tables (no SQL)."""
 
     MODE = "overview"
+    FIRST_LOOK = True
 
     def compose_body(self) -> Iterable[Widget]:
         with VerticalScroll(id="overview"):
@@ -51,6 +52,17 @@ class OverviewScreen(TraceScreen):
         self.query_one("#headline", Static).update(
             Content.styled(fmt.text(doc.get("headline") or NOT_MEASURED), "bold"))
         self.query_one(Waterfall).show(doc)
+        if view.first_look:  # the requests' figures are the whole analysis's; what reads token gaps follows
+            pending = Content.styled(FIRST_LOOK_PENDING, "$text-warning")
+            self.query_one(Percentiles).show(doc, pending=("itl_ms",))
+            self.query_one("#roofline-line", Static).update(Content.styled("decode: " + FIRST_LOOK_PENDING,
+                                                                           "$text-warning"))
+            self.query_one("#verdicts", Static).update(Content.styled("stories: " + FIRST_LOOK_PENDING,
+                                                                      "$text-warning"))
+            self.query_one(Diagnosis).show([])
+            self.query_one(Findings).show([], empty=pending)
+            self.call_after_refresh(self.trace_app.overview_painted, False)
+            return
         self.query_one(Percentiles).show(doc)
         self.query_one("#roofline-line", Static).update(_decode_line(doc))
         rows = diagnosis(view)
@@ -58,6 +70,10 @@ class OverviewScreen(TraceScreen):
         self.query_one(Diagnosis).show(rows)
         self.query_one(Findings).show(doc.get("findings") or [])
         self.call_after_refresh(self.trace_app.overview_painted)
+
+
+#: What the Overview shows in place of what a first look leaves out.
+FIRST_LOOK_PENDING = "analysing each token's gap (ITL, the step accounting, findings, verdicts)…"
 
 
 def _verdict_line(rows: list[DiagnosisRow]) -> Content:

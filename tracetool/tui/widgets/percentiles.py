@@ -19,9 +19,11 @@ class Percentiles(Widget):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self._doc: dict[str, Any] = {}
+        self._pending: tuple[str, ...] = ()
 
-    def show(self, doc: dict[str, Any]) -> None:
-        self._doc = doc
+    def show(self, doc: dict[str, Any], pending: tuple[str, ...] = ()) -> None:
+        """``pending``: metrics (``itl_ms``) still being analysed, said so rather than "not measured"."""
+        self._doc, self._pending = doc, pending
         self.refresh(layout=True)
 
     def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
@@ -37,6 +39,9 @@ class Percentiles(Widget):
         lines = [Content.styled(head, "$text-muted")]
         for label, key in METRICS:
             p = self._doc.get(key) or {}
+            if key in self._pending:
+                lines.append(Content.assemble(f"{label:<6}", ("analysing…", "$text-warning italic")))
+                continue
             if not p.get("n"):
                 lines.append(Content.assemble(f"{label:<6}", ("not measured", "$text-muted italic")))
                 continue

@@ -54,6 +54,8 @@ class StatusBar(Widget):
             parts += ["  ", f"{fmt.count(doc.get('requests'))} requests", "  ", f"{fmt.count(tokens)} tokens"]
             if doc.get("failed_requests"):
                 parts += ["  ", (f"{doc['failed_requests']:,} failed", "$text-error")]
+            if view.first_look:
+                parts += ["  ", ("first look: the requests", "$text-warning")]
         if self._busy:
             parts += ["  ", ("analysing…", "$text-warning")]
         if status and late:
