@@ -11,6 +11,10 @@ EXIT_THRESHOLD = 1
 EXIT_USAGE = 2
 EXIT_BAD_INPUT = 3
 EXIT_INTERRUPTED = 130
+#: A bug in tracetool (sysexits' EX_SOFTWARE), never 1: a CI gate must not read a crash as a failed threshold.
+EXIT_INTERNAL = 70
+#: Set (to anything but empty or 0), the CLI prints an internal error's traceback after its one line.
+TRACEBACK_ENV = "TRACETOOL_TRACEBACK"
 
 
 class TracetoolError(Exception):

@@ -70,7 +70,7 @@ class Run:
 
 
 def run_cli(*args: Any) -> Run:
-    """``tracetool ARGS`` in-process, stdout and stderr captured; exceptions propagate (a bug)."""
+    """``tracetool ARGS`` in-process, stdout and stderr captured; a bug is exit 70, which no campaign allows."""
     argv = [str(a) for a in args]
     out, err = io.StringIO(), io.StringIO()
     t0 = time.monotonic()

@@ -21,7 +21,14 @@ from typing import Any
 import click
 
 from tracetool import __version__
-from tracetool.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_USAGE, TracetoolError
+from tracetool.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    TRACEBACK_ENV,
+    TracetoolError,
+)
 from tracetool.untrusted import echo
 
 #: name -> ("module:function", one-line help). Adding a command is one line here.
@@ -124,6 +131,15 @@ def run(argv: Sequence[str] | None = None) -> int:
         echo(f"tracetool: error: out of memory reading the input{f' ({detail})' if detail else ''}: "
              "a corrupt length or a table far larger than this machine can hold", err=True)
         return EXIT_BAD_INPUT
+    except Exception as e:  # a bug: one line and its own exit code, the traceback on request
+        detail = " ".join(str(e).split())[:300]
+        echo(f"tracetool: internal error: {type(e).__name__}{f': {detail}' if detail else ''} (a bug in "
+             f"tracetool: {TRACEBACK_ENV}=1 shows where; please report it with that)", err=True)
+        if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
+            import traceback
+
+            traceback.print_exc(file=sys.stderr)
+        return EXIT_INTERNAL
     return int(rv or 0) if isinstance(rv, int) else 0
 
 
