@@ -111,3 +111,22 @@ async def _first_look_then_whole(app: TraceApp, pilot: Any, shown: Any, go: thre
     text = screen_text(app)
     assert "✗ network RTT" in text and FIRST_LOOK_PENDING not in text and "analysing…" not in text
     assert app.timings["painted"] <= app.timings["whole"]
+
+
+async def test_a_dataset_paints_a_first_look_together_then_each_trace_alone(traces: Path, snap: Any,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(model, "FIRST_LOOK_TOKENS", 1)
+    source = DirectorySource([traces])
+    first: Future[Any] = Future()
+    first.set_result(analyse(source, AnalysisOptions(), generation=1, only=ALL, first_look=True))
+    assert first.result().first_look and list(first.result().views) == [ALL]
+    app = TraceApp(source, initial=first)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until_async(lambda: app.snapshot is not None and len(app.snapshot.views) == 3,
+                               "each trace's own analysis", pilot=pilot)
+        await settle(pilot)
+        shown = app.snapshot
+        assert shown is not None and not shown.first_look
+        full = snap(traces)
+        for label in full.views:  # together (the first look completed) and each alone: a full analysis's
+            assert shown.views[label].doc == full.views[label].doc, label
