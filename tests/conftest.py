@@ -67,6 +67,12 @@ class CliResult:
 
 
 @pytest.fixture
+def anyio_backend() -> str:
+    """The async tests (``pytest.mark.anyio``: Textual's Pilot) run on asyncio, Textual's own loop."""
+    return "asyncio"
+
+
+@pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str]):
     """Run ``tracetool ARGS`` in-process; returns exit code, stdout and stderr."""
 

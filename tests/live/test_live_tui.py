@@ -16,11 +16,6 @@ from tracetool.live.source import LiveSource
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def test_source_gives_each_server_and_status(live_recorder: Callable[..., Recorder]) -> None:
     import analyzers
 

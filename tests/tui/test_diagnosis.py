@@ -21,11 +21,6 @@ from tracetool.tui.widgets.diagnosis import Diagnosis
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _catalogue(view: View) -> list[dict[str, Any]]:
     return view.analysis.query("SELECT id, suspect, severity, title FROM findings_catalogue "
                                "ORDER BY ordinal").to_pylist()

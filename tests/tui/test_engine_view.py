@@ -21,11 +21,6 @@ SIZE = (120, 40)
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def engine_trace(directory: Path) -> Path:
     """Four client requests over one second; the engine scraped every 100 ms: three waiting while
     the first runs, then fewer, KV usage peaking at 90 %."""

@@ -28,11 +28,6 @@ SIZE = (120, 40)
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def test_below_the_threshold_the_first_paint_is_the_whole_analysis(chat: Path) -> None:
     snap = analyse(DirectorySource([chat]), AnalysisOptions(), generation=1, only=ALL, first_look=True)
     assert snap is not None and not snap.first_look  # the chat trace is far below FIRST_LOOK_TOKENS

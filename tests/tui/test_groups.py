@@ -96,11 +96,6 @@ def test_a_groups_snapshot_equals_analyze_on_that_group(dataset: Path, by_group:
 
 # -- the app --------------------------------------------------------------------------------------
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def shown(app: TraceApp) -> View:
     view = app.current_view()
     assert view is not None, "nothing analysed yet"

@@ -37,11 +37,6 @@ SIZE = (120, 40)
 pytestmark = pytest.mark.anyio  # anyio's pytest plugin (anyio comes with httpx) runs the async tests
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.slow
 async def test_number_keys_switch_screens_and_q_quits(chat: Path, make_app: Any) -> None:
     app = make_app(chat)

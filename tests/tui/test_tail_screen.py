@@ -25,11 +25,6 @@ TAIL_IDS = ("tail-queue-bursts", "tail-long-prompts", "tail-prefill-interference
             "tail-slow-replica", "tail-client-delay", "tail-new-connections", "tail-long-outputs", "tail-noise")
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 async def test_the_tail_screen_shows_each_scenarios_cause(case: Case, tail_runs: Any, make_app: Any) -> None:
     from tracetool.tui.screens.tail import TailScreen

@@ -26,11 +26,6 @@ SIZE = (240, 60)
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def terminal_output(app: Any) -> str:
     """What the app writes to the terminal to repaint the whole screen."""
     return str(app.screen._compositor.render_full_update().render_segments(app.console))
