@@ -125,3 +125,28 @@ async def test_a_dataset_paints_a_first_look_together_then_each_trace_alone(trac
         full = snap(traces)
         for label in full.views:  # together (the first look completed) and each alone: a full analysis's
             assert shown.views[label].doc == full.views[label].doc, label
+
+
+async def test_a_big_trace_reloaded_gets_a_first_look_again(chat: Path, snap: Any,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(model, "FIRST_LOOK_TOKENS", 1)
+    completed: list[int] = []
+    real = app_module.complete
+
+    def counted(first: Any, *args: Any) -> Any:
+        completed.append(first.generation)
+        return real(first, *args)
+
+    monkeypatch.setattr(app_module, "complete", counted)
+    app = TraceApp(DirectorySource([chat]))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until_async(lambda: app.snapshot is not None and not app.snapshot.first_look and completed,
+                               "the whole analysis", pilot=pilot)
+        await settle(pilot)
+        before = app.snapshot.generation
+        await pilot.press("r")
+        await wait_until_async(lambda: app.snapshot.generation > before and not app.snapshot.first_look
+                               and len(completed) == 2, "the reload's whole analysis", pilot=pilot)
+        await settle(pilot)
+        assert completed[1] > before  # the reload's first look, completed
+        assert app.snapshot.views["chat"].doc == snap(chat).views["chat"].doc

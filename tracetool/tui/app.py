@@ -223,9 +223,10 @@ class TraceApp(App[int]):
             else:
                 only = (self.selected or ALL) if self.source.live else None
                 together = same.views[ALL].analysis if same is not None and ALL in same.views else None
+                # a big trace reloaded: a first look first, as at start-up
                 snap = analyse(self.source, self.options, generation, only=only, sessions=self._sessions,
                                group=group, behind=shown is not None, cancelled=lambda: worker.is_cancelled,
-                               together=together)
+                               together=together, first_look=True)
         except TracetoolError as e:
             self.post_message(self.AnalysisFailed(str(e), _status(self.source), e))
             return
