@@ -81,6 +81,11 @@ class Analysis:
         (ITL, host time, the step accounting), and findings and claim verdicts made without them."""
         return self._finish is not None
 
+    def interrupt(self) -> None:
+        """Stop what runs on this analysis's connection, from any thread (a viewer quitting while a first look
+        is completed): :meth:`complete` then raises BadInput. Nothing running: nothing happens."""
+        self.con.interrupt()
+
     def complete(self) -> Analysis:
         """The whole analysis of a first look, made on its connection by running what the first look left
         out (the first look keeps its tables); ``self`` for a whole analysis. Once: a second call returns

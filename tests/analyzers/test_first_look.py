@@ -4,6 +4,8 @@ ordered pass over each request's tokens, and completed on its connection into ex
 from __future__ import annotations
 
 import math
+import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ from batch_sim import Config, run
 
 import analyzers
 from analyzers.modules import GAPS_VIEW, gap_objects, script
+from tracetool.errors import BadInput
 from tracetool.reader import open_trace
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
@@ -93,3 +96,28 @@ def test_a_first_look_is_one_analysis(tmp_path: Path) -> None:
     done = together.complete()
     assert done.traces == [] and _differences(
         done.to_json(), analyzers.analyze([chat, queueing], per_trace=False).to_json()) == []
+
+
+@pytest.mark.slow
+def test_completing_a_first_look_stops_when_interrupted(tmp_path: Path) -> None:
+    """A viewer that quits while a big first look is completed interrupts it (tracetool.tui.app's q)."""
+    sys.path.insert(0, str(SAMPLES.parent / "benchmarks"))
+    from gen_trace import generate
+
+    generate(tmp_path / "big", tokens=1_000_000)
+    look = analyzers.analyze(open_trace(tmp_path / "big"), first_look=True)
+    outcome: dict[str, str] = {}
+
+    def run() -> None:
+        try:
+            look.complete()
+            outcome["done"] = "completed"
+        except BadInput as e:
+            outcome["error"] = str(e)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    while worker.is_alive():  # until it stops: an interrupt before its queries start does nothing
+        look.interrupt()
+        worker.join(0.001)
+    assert "error" in outcome and "nterrupt" in outcome["error"], outcome

@@ -155,6 +155,8 @@ class TraceApp(App[int]):
         self._group_stats: dict[str, tuple[int | None, str | None]] = {}
         self._can_group = False
         self._warned: set[str] = set()
+        #: the first look being completed (a worker runs DuckDB on its connection), None otherwise
+        self._completing: Snapshot | None = None
 
     # -- analysis ---------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -219,7 +221,11 @@ class TraceApp(App[int]):
             # a static source's traces do not change unless reloaded: what is on screen is built on, not redone
             same = shown if shown is not None and not reload and not self.source.live and shown.group == group else None
             if same is not None and same.first_look:
-                snap: Snapshot | None = complete(same, generation, _status(self.source))
+                self._completing = same
+                try:
+                    snap: Snapshot | None = complete(same, generation, _status(self.source))
+                finally:
+                    self._completing = None
             else:
                 only = (self.selected or ALL) if self.source.live else None
                 together = same.views[ALL].analysis if same is not None and ALL in same.views else None
@@ -358,6 +364,16 @@ class TraceApp(App[int]):
         self.request_analysis()
 
     # -- actions ----------------------------------------------------------------------------
+    async def action_quit(self) -> None:
+        """q: quit now. A first look being completed (seconds of DuckDB on a big trace) is interrupted: the
+        app would otherwise wait for its worker."""
+        completing = self._completing
+        if completing is not None:
+            for view in completing.views.values():
+                if view.first_look:
+                    view.analysis.interrupt()
+        await super().action_quit()
+
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
