@@ -6,9 +6,15 @@ from typing import Any
 
 
 async def settle(pilot: Any) -> None:
-    """Wait until no worker runs and every message they posted has been handled."""
+    """Wait until no worker runs and every message they posted has been handled. A worker the app cancelled
+    (it exited: a first analysis that failed ends it) has settled too."""
+    from textual.worker import WorkerCancelled
+
     for _ in range(50):
-        await pilot.app.workers.wait_for_complete()
+        try:
+            await pilot.app.workers.wait_for_complete()
+        except WorkerCancelled:
+            pass
         await pilot.pause()
         if not any(w.is_running for w in pilot.app.workers):
             await pilot.pause()
