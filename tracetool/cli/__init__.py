@@ -28,6 +28,7 @@ from tracetool.errors import (
     EXIT_USAGE,
     TRACEBACK_ENV,
     TracetoolError,
+    one_line,
 )
 from tracetool.untrusted import echo
 
@@ -127,12 +128,12 @@ def run(argv: Sequence[str] | None = None) -> int:
         _silence_stdout()
         return 0
     except MemoryError as e:  # pyarrow's ArrowMemoryError too: a corrupt length or a decompression bomb
-        detail = " ".join(str(e).split())[:200]
+        detail = one_line(e, 200)
         echo(f"tracetool: error: out of memory reading the input{f' ({detail})' if detail else ''}: "
              "a corrupt length or a table far larger than this machine can hold", err=True)
         return EXIT_BAD_INPUT
     except Exception as e:  # a bug: one line and its own exit code, the traceback on request
-        detail = " ".join(str(e).split())[:300]
+        detail = one_line(e)
         echo(f"tracetool: internal error: {type(e).__name__}{f': {detail}' if detail else ''} (a bug in "
              f"tracetool: {TRACEBACK_ENV}=1 shows where; please report it with that)", err=True)
         if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
