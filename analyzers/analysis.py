@@ -25,7 +25,7 @@ from analyzers.engine import engine_json, fill_components
 from analyzers.options import AnalysisOptions
 from analyzers.params import ClaimSpec, RooflineInputs, Thresholds
 from analyzers.tail import tail_json
-from tracetool.errors import BadInput
+from tracetool.errors import BadInput, UsageError
 from tracetool.reader import Trace
 from tracetool.schema import COMPONENTS
 from tracetool.slo import SLO
@@ -259,9 +259,12 @@ def analyze(traces: TraceArg | Iterable[TraceArg], options: AnalysisOptions | No
 
     Raises:
         BadInput: a trace is unreadable, has neither spans nor tokens, or has no requests.
-        UsageError: an unknown preset, dtype or claim.
+        UsageError: an unknown preset, dtype or claim; an engine other than DuckDB.
     """
     opts = AnalysisOptions.of(options, **option_fields)
+    if opts.engine != "duckdb":
+        raise UsageError(f"analyze() runs on DuckDB; --engine {opts.engine} analyses a dataset "
+                         "(analyzers.analyze_dataset)")
     opened = load_traces(traces)
     specs = opts.claim_specs()
     th = opts.thresholds

@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from analyzers.options import ENGINES, AnalysisOptions
-from tracetool.errors import UsageError
+from analyzers.options import AnalysisOptions
 
 if TYPE_CHECKING:
     from analyzers.analysis import Analysis
@@ -82,13 +81,10 @@ def open_backend(options: AnalysisOptions) -> Backend:
     """The backend ``options.engine`` names.
 
     Raises:
-        UsageError: an unknown engine; Spark without pyspark or Java; an unknown claim.
+        UsageError: Spark without pyspark or Java; an unknown claim.
     """
-    if options.engine == "duckdb":
-        return DuckDBBackend(options)
-    if options.engine == "spark":
-        return SparkBackend(options)
-    raise UsageError(f"--engine {options.engine}: unknown ({' or '.join(ENGINES)})")
+    backends: dict[str, type[DuckDBBackend] | type[SparkBackend]] = {"duckdb": DuckDBBackend, "spark": SparkBackend}
+    return backends[options.engine](options)  # AnalysisOptions accepts only the ENGINES
 
 
 __all__ = ["Backend", "DuckDBBackend", "SparkBackend", "open_backend"]

@@ -67,6 +67,8 @@ class DatasetAnalysis:
     members: list[Member] = field(default_factory=list)
     bad: list[tuple[Member, str]] = field(default_factory=list)
     engine: str = "duckdb"
+    #: Whether each trace was also analysed alone (:attr:`Backend.per_trace`): the ``traces`` entries.
+    per_trace: bool = True
 
     @property
     def warnings(self) -> list[str]:
@@ -80,7 +82,7 @@ class DatasetAnalysis:
     def to_json(self) -> dict[str, Any]:
         doc = self.analysis.to_json()
         doc["sql_engine"] = self.engine
-        if self.engine == "spark":  # Spark analyses the whole and the groups, not each trace alone
+        if not self.per_trace:  # the whole and the groups were analysed, not each trace alone (Spark)
             doc["traces"] = [{"trace": m.label, "path": str(m.path)} for m in self.members]
         keyed = {m.label: dict(m.keys) for m in self.members}
         for t in doc["traces"]:
@@ -203,7 +205,8 @@ def _analyze_opened(ds: Dataset, keys: list[str], opened: list[tuple[Member, Tra
         overall.traces = _each_alone(backend, traces, labels, memory_limit)
     by_label = {t.label: t for t in overall.traces}
     index = {m.label: i for i, m in enumerate(members)}
-    out = DatasetAnalysis(ds, overall, keys, members=members, bad=bad, engine=backend.name)
+    out = DatasetAnalysis(ds, overall, keys, members=members, bad=bad, engine=backend.name,
+                          per_trace=backend.per_trace)
     todo: list[tuple[dict[str, str | None], list[Member]]] = []
     for vals, ms in (groups(members, keys) if keys else []):
         if len(ms) == 1 and ms[0].label in by_label:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from analyzers.params import ClaimSpec, RooflineInputs, Thresholds, parse_claim, roofline_inputs
+from tracetool.errors import UsageError
 
 #: The engines that can run the modules (``--engine``).
 ENGINES = ("duckdb", "spark")
@@ -53,6 +54,10 @@ class AnalysisOptions:
     spill: bool | None = None
     engine: str = "duckdb"
     spark_master: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise UsageError(f"--engine {self.engine}: unknown ({' or '.join(ENGINES)})")
 
     @classmethod
     def of(cls, options: AnalysisOptions | None = None, **changes: Any) -> AnalysisOptions:

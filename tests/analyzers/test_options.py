@@ -32,6 +32,14 @@ def test_the_object_and_the_keywords_give_the_same_analysis(toy: Path) -> None:
 def test_the_engine_is_chosen_once_by_name() -> None:
     assert isinstance(open_backend(AnalysisOptions()), DuckDBBackend)
     with pytest.raises(UsageError, match="--engine presto: unknown"):
-        open_backend(AnalysisOptions(engine="presto"))
+        AnalysisOptions(engine="presto")
+    with pytest.raises(UsageError, match="--engine presto: unknown"):
+        AnalysisOptions.of(engine="presto")
     with pytest.raises(UsageError, match="frobnicate"):  # a claim is refused before any trace is analysed
         open_backend(AnalysisOptions(claims=("frobnicate the widgets",)))
+
+
+def test_analyze_does_not_run_another_engines_options_on_duckdb(toy: Path) -> None:
+    """analyze() is DuckDB's: Spark's options are refused, not analysed silently on DuckDB."""
+    with pytest.raises(UsageError, match="--engine spark analyses a dataset"):
+        analyzers.analyze(toy, AnalysisOptions(engine="spark"))
