@@ -279,8 +279,12 @@ def merge(client_trace: Path, server_trace: Path, output: Path, force: bool, as_
     rest did not. It fills each token's client receipt time, and
     estimates each request's clock offset under the symmetric-delay
     assumption (as NTP) into a clock_offsets table, only to draw a joined
-    timeline: network time stays client.request minus server.request, a
-    difference of durations. Every other table of both traces is kept (the
+    timeline, never to measure network. Network is a difference of
+    durations: client.request minus the server's span where that span is
+    the server's whole request (tracetool's middleware); where it is an
+    engine's (vLLM's llm_request) the difference is split into network,
+    round trips from the probe's TCP handshakes, and the server's frontend
+    (docs/findings.md, server-frontend). Every other table of both traces is kept (the
     probe's server_metrics included); what cannot be (two hosts' rows with
     no clock to tell them apart) is said on stderr and in meta.json's notes.
     Prints how many requests joined.
