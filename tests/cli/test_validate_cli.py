@@ -170,3 +170,15 @@ def test_validate_checks_server_metrics(tmp_path: Path, cli) -> None:
     null = make_trace(tmp_path / "null", {"spans": spans_table(GOOD_SPANS), "server_metrics": metrics("client", None)})
     r = cli("validate", null)
     assert r.code == 3 and "value" in r.err
+
+
+def test_validate_warns_of_model_keys_the_analysis_would_not_use(tmp_path: Path, cli) -> None:
+    """A meta.json model key tracetool does not read is valid, but said, as ``analyze`` says it."""
+    trace = make_trace(tmp_path / "t", {"spans": spans_table(GOOD_SPANS), "tokens": TOKENS},
+                       {"model": {"name": "m", "num_key_value_headz": 4}})
+    r = cli("validate", trace)
+    assert r.code == 0, r.err
+    assert "num_key_value_headz" in r.err and "not used" in r.err
+    doc = json.loads(cli("validate", "--json", trace).out)
+    assert any("num_key_value_headz" in w for w in doc["warnings"])
+    assert cli("validate", good(tmp_path / "clean")).err == ""

@@ -276,3 +276,24 @@ def test_a_dataset_with_one_unreadable_trace_warns_and_goes_on(tmp_path: Path) -
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and "needs an interactive terminal" in lines[-1]
     assert any("broken: skipped: " in ln for ln in lines[:-1]) and "Traceback" not in r.stderr
+
+
+@pytest.mark.anyio
+async def test_a_model_key_the_analysis_does_not_use_is_a_notice(tmp_path: Path, chat: Path) -> None:
+    """The analysis's own warnings (a meta.json model block's keys not used) reach the viewer as
+    ``analyze`` prints them on stderr, not only the readers'."""
+    import json
+    import shutil
+
+    trace = tmp_path / "typo"
+    shutil.copytree(chat, trace)
+    meta = json.loads((trace / "meta.json").read_text())
+    meta["model"] = {**(meta.get("model") or {}), "num_key_value_headz": 4}
+    (trace / "meta.json").write_text(json.dumps(meta))
+    app = TraceApp(DirectorySource([trace]))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await settle(pilot)
+        text = screen_text(app)
+        assert "num_key_value_headz" in text and "not used" in text
+        await pilot.press("q")
+    assert app.return_code == 0

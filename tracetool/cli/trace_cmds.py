@@ -12,7 +12,7 @@ import pyarrow as pa
 from tracetool.cli.common import emit_json, fmt_int, json_option, warn
 from tracetool.errors import EXIT_BAD_INPUT, BadInput, UsageError
 from tracetool.glyphs import NOT_MEASURED
-from tracetool.meta import write_meta
+from tracetool.meta import model_block, write_meta
 from tracetool.reader import open_trace
 from tracetool.schema import TABLES
 from tracetool.summary import summarize
@@ -36,6 +36,9 @@ def validate(trace: Path, as_json: bool) -> int:
     Exit 0 when valid, 3 with one line naming file, table and column when not.
     """
     t = open_trace(trace, strict=True)
+    model = t.meta.get("model")
+    unused = model_block(model)[1] if isinstance(model, dict) else None
+    warnings = [*t.warnings, *([f"{t.path}: {unused}"] if unused else [])]  # as analyze says them
     checks = []
     for name, table in t.tables.items():
         spec = TABLES.get(name)
@@ -58,7 +61,7 @@ def validate(trace: Path, as_json: bool) -> int:
     if as_json:
         emit_json({"valid": True, "path": str(t.path), "version": t.meta["version"],
                    "closed": t.meta.get("closed"), "tables": checks, "not_recorded": missing,
-                   "warnings": t.warnings})
+                   "warnings": warnings})
     else:
         echo(f"ok  meta.json   format tracetool, version {t.meta['version']}"
                    f"{'' if t.meta.get('closed', True) else ', recording not closed'}")
@@ -70,7 +73,7 @@ def validate(trace: Path, as_json: bool) -> int:
             echo(f"--  {name:<13} not recorded")
         total = sum(c["rows"] for c in checks)
         echo(f"valid: {t.path} ({len(checks)} tables, {fmt_int(total)} rows)")
-    for w in t.warnings:
+    for w in warnings:
         warn(w)
     return 0
 

@@ -161,7 +161,7 @@ class TraceApp(App[int]):
     # -- analysis ---------------------------------------------------------------------------
     def on_mount(self) -> None:
         self.status_line = self.source.status()
-        self._say_warnings()
+        self._say_warnings(self._initial if isinstance(self._initial, Snapshot) else None)
         if isinstance(self._initial, Snapshot):
             self.snapshot = self._initial
         elif isinstance(self._initial, Future):
@@ -242,10 +242,12 @@ class TraceApp(App[int]):
         if not worker.is_cancelled:
             self.post_message(self.AnalysisReady(snap, _status(self.source)))
 
-    def _say_warnings(self) -> None:
-        """A dataset's traces set aside as unreadable, and readers' warnings: each said once, in a
-        notice (as ``analyze`` says them on stderr); the status line keeps the count."""
-        for w in self.source.warnings:
+    def _say_warnings(self, snapshot: Snapshot | None = None) -> None:
+        """A dataset's traces set aside as unreadable, readers' warnings and the analyses' (a meta.json
+        model block's keys not used): each said once, in a notice (as ``analyze`` says them on stderr);
+        the status line keeps the count."""
+        analysed = [w for v in snapshot.views.values() for w in v.analysis.warnings] if snapshot else []
+        for w in [*self.source.warnings, *analysed]:
             if w not in self._warned:
                 self._warned.add(w)
                 self.notify(fmt.text(w), title="warning", severity="warning", timeout=10, markup=False)
@@ -253,7 +255,7 @@ class TraceApp(App[int]):
     def on_trace_app_analysis_ready(self, message: AnalysisReady) -> None:
         self._finished()
         if not self.source.live:
-            self._say_warnings()
+            self._say_warnings(message.snapshot)
         self.status_line = message.status
         self.error_line = ""
         shown = self.snapshot
