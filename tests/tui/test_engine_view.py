@@ -94,6 +94,13 @@ async def test_overview_marks_components_filled_from_engine_metrics(tmp_path: Pa
         text = screen_text(app)
         queue = next(line for line in text.splitlines() if line.strip().startswith("queue"))
         assert "200.0 ms" in queue and "engine metrics" in queue
+    # the headline on screen is analyze's, which says what the engine's metrics fill in (it once said
+    # only that no server phase was measured while the JSON filled queue in from the histograms)
+    import analyzers
+
+    headline = analyzers.analyze(path).to_json()["headline"]
+    assert "the engine's own metrics" in headline and "queue at 200.0 ms" in headline
+    assert "the engine's own metrics" in " ".join(text.split())
 
 
 async def test_engine_note_bounds_bucketed_percentiles(tmp_path: Path, make_app: Any) -> None:
