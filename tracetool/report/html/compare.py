@@ -65,8 +65,9 @@ def sweep(doc: dict[str, Any]) -> Section:
             body += f"<p>{esc(axis)} {lv['level']:g}: client-bound: {esc(lv['client_bound'])}</p>"
     note = "One level: nothing to compare across levels (a sweep is --rate 1,2,4 or --concurrency 1,4,16)." \
         if len(levels) == 1 else None
+    # twelve columns do not fit beside the figures: the table goes under them, full width
     return Section(id="sweep", title=title, body=body, figures=[_sweep_latency(levels, targets, best),
-                                                                _sweep_shares(levels, axis)], note=note)
+                                                                _sweep_shares(levels, axis)], note=note, wide=True)
 
 
 def _sweep_latency(levels: list[dict[str, Any]], targets: dict[str, float], best: float | None) -> str:
