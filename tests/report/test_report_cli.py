@@ -209,3 +209,24 @@ def test_a_sweep_directory_reports_its_levels_from_its_summary(cli, tmp_path: Pa
     # a trace that is not a sweep keeps its analysis' report, without the key
     plain = cli("report", REPO / "sample_traces" / "chat", "--format", "json")
     assert plain.code == 0 and "sweep" not in json.loads(plain.out)
+
+
+def test_the_bootstrap_samples_are_read_only_for_a_comparison(monkeypatch, trace_dirs) -> None:
+    """``samples_of`` (every token gap, in request order) is the bootstrap's input: a report with no
+    baseline never reads it (on a 1M-token trace it cost a third of the analysis), one with a
+    baseline reads each run's once, and what it reads is what ``samples_of`` gives."""
+    from tracetool.report import analyse, build, samples_of
+    from tracetool.report.budget import Budget
+
+    calls: list[object] = []
+    real = build.samples_of
+    monkeypatch.setattr(build, "samples_of", lambda a: calls.append(a) or real(a))
+    alone = analyse(trace_dirs["imported"])
+    assert build_report(alone, None, Budget()).to_json()["summary"]["checks"] == 0
+    assert calls == []
+    base = analyse(trace_dirs["imported"], role="baseline")
+    doc = build_report(alone, base, Budget()).to_json()
+    assert doc["comparison"] and len(calls) == 2
+    want = samples_of(alone.analysis)
+    assert {m: (s.n, s.n_groups) for m, s in alone.samples.items()} == {
+        m: (s.n, s.n_groups) for m, s in want.items()}
