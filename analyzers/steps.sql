@@ -15,6 +15,8 @@
 -- @column mean_decode_tokens: Mean tokens decoded per iteration, tokens.
 -- @column mean_kv_tokens: Mean KV-cache tokens attended per iteration (summed over the batch), tokens.
 -- @column ms_per_decode_token: Iteration time divided by decode tokens, summed then divided, milliseconds.
+-- @column decode_only_steps: Iterations with this batch size that decode and prefill nothing (count).
+-- @column decode_only_mean_step_ms: Mean time of those decode-only iterations (no prompt stretching them), milliseconds; NULL when none.
 CREATE OR REPLACE TEMP TABLE steps_batch AS
 SELECT
     batch_size,
@@ -24,7 +26,10 @@ SELECT
     avg(prefill_tokens) AS mean_prefill_tokens,
     avg(decode_tokens) AS mean_decode_tokens,
     avg(kv_tokens) AS mean_kv_tokens,
-    sum((end_ns - start_ns) / 1e6) / nullif(sum(decode_tokens), 0) AS ms_per_decode_token
+    sum((end_ns - start_ns) / 1e6) / nullif(sum(decode_tokens), 0) AS ms_per_decode_token,
+    count(*) FILTER (WHERE prefill_tokens = 0 AND decode_tokens > 0) AS decode_only_steps,
+    avg((end_ns - start_ns) / 1e6) FILTER (WHERE prefill_tokens = 0 AND decode_tokens > 0)
+        AS decode_only_mean_step_ms
 FROM steps
 GROUP BY batch_size
 ORDER BY batch_size;

@@ -38,10 +38,12 @@ def test_steps_batch_and_prefill_stalls(tmp_path: Path) -> None:
     got = {r["batch_size"]: r for r in rows(con, "SELECT * FROM steps_batch")}
     assert got[1] == {"batch_size": 1, "steps": 1, "mean_step_ms": 5.0, "p50_step_ms": 5.0,
                       "mean_prefill_tokens": 0.0, "mean_decode_tokens": 1.0, "mean_kv_tokens": 104.0,
-                      "ms_per_decode_token": 5.0}
+                      "ms_per_decode_token": 5.0, "decode_only_steps": 1, "decode_only_mean_step_ms": 5.0}
     b2 = got[2]
     assert (b2["steps"], b2["mean_step_ms"], b2["p50_step_ms"]) == (3, pytest.approx(6.0), 4.0)
     assert b2["mean_kv_tokens"] == pytest.approx(610 / 3) and b2["ms_per_decode_token"] == pytest.approx(18 / 5)
+    # the prefill iteration (10 ms) is in the batch's mean, not in its decode-only mean
+    assert (b2["decode_only_steps"], b2["decode_only_mean_step_ms"]) == (2, pytest.approx(4.0))
     p = rows(con, "SELECT * FROM steps_prefill")[0]
     assert (p["steps"], p["prefill_steps"], p["decode_only_steps"]) == (4, 1, 3)
     assert p["prefill_step_ms"] == 10.0 and p["decode_only_step_ms"] == pytest.approx(13 / 3)

@@ -30,17 +30,19 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
 TIMEOUT_S = 60.0
 
 #: What the page holds, read in the browser: each section, whether it is drawn, its reason, its
-#: figures, and every number marked with its key.
+#: figures, every number marked with its key, and how wide it lays out against the window.
 READ_PAGE = """(() => {
   const sections = [...document.querySelectorAll('main > section')].map(s => ({
     id: s.id, absent: s.dataset.absent === 'true',
     reason: (s.querySelector('.reason') || {}).textContent || null,
     svgs: s.querySelectorAll('svg').length,
-    svgWidths: [...s.querySelectorAll('svg')].map(v => v.getBoundingClientRect().width)}));
+    svgWidths: [...s.querySelectorAll('svg')].map(v => v.getBoundingClientRect().width),
+    tablesFit: [...s.querySelectorAll('.tw')].every(w => w.scrollWidth <= w.clientWidth)}));
   const numbers = [...document.querySelectorAll('[data-key]')].map(e => ({
     key: e.dataset.key, scale: e.dataset.scale ? Number(e.dataset.scale) : 1, text: e.textContent}));
   return {title: document.title, kind: document.body.dataset.kind, sections, numbers,
           scripts: document.scripts.length, height: document.documentElement.scrollHeight,
+          scrollWidth: document.documentElement.scrollWidth, viewportWidth: window.innerWidth,
           fg: getComputedStyle(document.body).color};
 })()"""
 

@@ -43,7 +43,7 @@ def test_the_component_that_moved_is_top_with_its_interval(pair: tuple[Path, Pat
     assert decode["delta_ms"] == pytest.approx(0.0, abs=1e-6) and not decode["significant"]
     ttft = next(x for x in doc["latency"] if x["metric"] == "ttft" and x["stat"] == "p95")
     assert ttft["delta_pct"] > 100 and ttft["significant"]
-    assert doc["headline"].startswith("+") and "TTFT, all in queue (+190 ms per request)" in doc["headline"]
+    assert doc["headline"].startswith("+") and "TTFT, all in queue (+190.0 ms per request)" in doc["headline"]
 
 
 def test_cli_text_json_and_bad_input(pair: tuple[Path, Path], cli: Any, tmp_path: Path) -> None:
@@ -51,9 +51,27 @@ def test_cli_text_json_and_bad_input(pair: tuple[Path, Path], cli: Any, tmp_path
     assert r.code == 0, r.err
     assert json.loads(r.out)["top"] == "queue"
     t = cli("diff", *pair)
-    assert t.code == 0 and "all in queue" in t.out and "<- top" in t.out
+    assert t.code == 0 and "all in queue (+190.0 ms per request)" in t.out and "<- top" in t.out
     bad = cli("diff", tmp_path / "nope", pair[1])
     assert bad.code == 3 and bad.err.count("\n") == 1 and "A: " in bad.err, bad.err
+
+
+def test_the_headline_writes_changes_with_the_one_ms_formatter() -> None:
+    """A change of seconds reads as the other surfaces write it (``-2.29 s``), never ``-2.29e+03 ms``:
+    the headline is the diff page's lead and the first line ``tracetool diff`` prints."""
+    from tracetool.report.diff import headline
+    from tracetool.units import ms
+
+    lat = [{"metric": "e2e", "stat": "p95", "delta_pct": -61.0, "significant": True}]
+    comps = [{"component": "queue", "delta_ms": -2291.4}, {"component": "decode", "delta_ms": -3.2}]
+    tail = [{"metric": "e2e", "stat": "p95", "top": "queue",
+             "components": [{"component": "queue", "delta_ms": -12345.6}]}]
+    said = headline({"latency": lat, "components": comps, "top": "queue", "tail": tail})
+    assert said == ("-61 % p95 e2e, all in queue (-2.29 s per request); its tail moved most in queue "
+                    "(-12.35 s per tail request)")
+    assert "e+" not in said and ms(-2291.4, sign=True) in said
+    small = headline({"latency": lat, "components": [{"component": "queue", "delta_ms": 4.5}], "top": "queue"})
+    assert small.endswith("all in queue (+4.50 ms per request)")
 
 
 def test_the_tui_opens_a_diff(pair: tuple[Path, Path]) -> None:

@@ -39,6 +39,8 @@ def _clean_load(b: Browser, page: Path, dark: bool = False) -> dict[str, Any]:
     assert seen.requests == [page.resolve().as_uri()], f"the page fetched something: {seen.requests}"
     assert seen.errors == [], seen.errors
     assert seen.page["scripts"] == 0
+    # nothing laid out past the window's right edge (a wide table scrolls in its own box)
+    assert seen.page["scrollWidth"] <= seen.page["viewportWidth"], (seen.page["scrollWidth"], page.name)
     return seen.page
 
 
@@ -167,6 +169,11 @@ def test_a_sweep_directory_gives_the_sweep_page(browser: Browser, cli: Any, tmp_
     seen = _clean_load(browser, page)
     assert seen["kind"] == "sweep" and [s["id"] for s in seen["sections"]] == ["sweep"]
     assert seen["sections"][0]["svgs"] == 2
+    # the 12-column per-level table fits the 1280 px window: no column (goodput, SLO met) off-screen,
+    # neither past the page's edge nor inside the table's own scrolling box
+    assert seen["viewportWidth"] == browser.width
+    assert seen["scrollWidth"] <= seen["viewportWidth"], (seen["scrollWidth"], seen["viewportWidth"])
+    assert seen["sections"][0]["tablesFit"]
     check_numbers(seen["numbers"], doc)
     assert {"levels.1.ttft_ms.p99", "levels.0.slo.goodput_rps", "best_level"} <= {x["key"] for x in seen["numbers"]}
 

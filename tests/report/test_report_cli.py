@@ -161,3 +161,72 @@ def test_without_baseline_or_budget_it_reports_and_passes(cli, trace_dirs) -> No
     heads = {t[0][0] for t in tables(r.out)}
     assert {"metric", "component", "claim"} <= heads
 
+
+
+def test_a_sweep_directory_reports_its_levels_from_its_summary(cli, tmp_path: Path) -> None:
+    """A probe sweep's output directory: the Markdown is the sweep's per-level summary from its
+    ``sweep.json`` (levels, throughput, percentiles, goodput, SLO met, the best level), not one
+    analysis of every level's requests pooled under the label ``all``; its JSON carries the summary."""
+    from tests.conftest import REPO
+    from tracetool.report import fmt
+
+    sweep = tmp_path / "sweep"
+    levels = []
+    for i, (rate, e2e, good, met) in enumerate([(2.0, 2960.0, 0.66, 1.0), (8.0, 4210.5, 1.5, 0.5)]):
+        (sweep / f"{rate:g}").mkdir(parents=True)
+        for f in (REPO / "sample_traces" / "chat").iterdir():
+            (sweep / f"{rate:g}" / f.name).write_bytes(f.read_bytes())
+        levels.append({"level": rate, "trace": str(sweep / f"{rate:g}"), "requests": 6, "ok": 6 - i, "failed": i,
+                       "ttft_ms": {"p50": 112.0 + i, "p90": 150.0, "p99": 165.0 * (i + 1)},
+                       "itl_ms": {"p50": 17.0, "p90": 33.0, "p99": 52.0},
+                       "e2e_ms": {"p50": e2e, "p90": 3070.0, "p99": e2e + 120},
+                       "request_throughput": 0.68 * (i + 1), "output_token_throughput": 1310.25 * (i + 1),
+                       "shares": {"decode": 0.96, "prefill": 0.02}, "bottleneck": "decode", "client_bound": None,
+                       "slo": {"targets": {"e2e_ms": 4000.0}, "requests": 6, "met_requests": round(6 * met),
+                               "attainment": met, "goodput_rps": good, "met": met == 1.0}})
+    summary = {"format": "tracetool-sweep", "version": 1, "axis": "rate", "levels": levels,
+               "moved": "decode share 96 % at 2, 96 % at 8; decode stays the bottleneck", "best_level": 2.0}
+    (sweep / "sweep.json").write_text(json.dumps(summary))
+    r = cli("report", sweep, "-o", tmp_path / "s.md")
+    assert r.code == 0, r.err
+    md = (tmp_path / "s.md").read_text()
+    assert md.startswith("## ✅ Sweep report: rate 2, 8\n") and "Latency report" not in md
+    assert "`all`" not in md and "### Latency" not in md
+    (per_level,) = tables(md)
+    assert per_level[0] == ["rate", "ok", "req/s", "tok/s", "TTFT p50", "TTFT p99", "ITL p50", "e2e p50", "e2e p99",
+                            "goodput req/s", "SLO met", "bottleneck"]
+    assert per_level[1:] == [
+        [f"{lv['level']:g}", f"{lv['ok']}/{lv['requests']}", fmt.rate(lv["request_throughput"], 2),
+         fmt.rate(lv["output_token_throughput"], 1), fmt.ms(lv["ttft_ms"]["p50"]), fmt.ms(lv["ttft_ms"]["p99"]),
+         fmt.ms(lv["itl_ms"]["p50"]), fmt.ms(lv["e2e_ms"]["p50"]), fmt.ms(lv["e2e_ms"]["p99"]),
+         fmt.rate(lv["slo"]["goodput_rps"], 2), fmt.share(lv["slo"]["attainment"]), "decode"] for lv in levels]
+    assert per_level[2][3] == "2,620.5" and per_level[2][7] == "4.21 s" and per_level[2][10] == "50.0 %"
+    assert "SLOs e2e_ms ≤ 4000: the highest rate that meets them is 2." in md
+    assert "Where the time moved: decode share 96 % at 2, 96 % at 8; decode stays the bottleneck." in md
+    j = cli("report", sweep, "--format", "json")
+    assert j.code == 0, j.err
+    assert json.loads(j.out)["sweep"] == summary
+    # a trace that is not a sweep keeps its analysis' report, without the key
+    plain = cli("report", REPO / "sample_traces" / "chat", "--format", "json")
+    assert plain.code == 0 and "sweep" not in json.loads(plain.out)
+
+
+def test_the_bootstrap_samples_are_read_only_for_a_comparison(monkeypatch, trace_dirs) -> None:
+    """``samples_of`` (every token gap, in request order) is the bootstrap's input: a report with no
+    baseline never reads it (on a 1M-token trace it cost a third of the analysis), one with a
+    baseline reads each run's once, and what it reads is what ``samples_of`` gives."""
+    from tracetool.report import analyse, build, samples_of
+    from tracetool.report.budget import Budget
+
+    calls: list[object] = []
+    real = build.samples_of
+    monkeypatch.setattr(build, "samples_of", lambda a: calls.append(a) or real(a))
+    alone = analyse(trace_dirs["imported"])
+    assert build_report(alone, None, Budget()).to_json()["summary"]["checks"] == 0
+    assert calls == []
+    base = analyse(trace_dirs["imported"], role="baseline")
+    doc = build_report(alone, base, Budget()).to_json()
+    assert doc["comparison"] and len(calls) == 2
+    want = samples_of(alone.analysis)
+    assert {m: (s.n, s.n_groups) for m, s in alone.samples.items()} == {
+        m: (s.n, s.n_groups) for m, s in want.items()}

@@ -74,6 +74,7 @@ def report(trace: Path, baseline: Path | None, budget_file: Path | None, fmt: st
     from analyzers.options import AnalysisOptions
     from tracetool.report import analyse, build_report, load_budget, render
     from tracetool.report.budget import Budget
+    from tracetool.report.html import read_sweep
     from tracetool.slo import parse_slo
 
     spec = parse_slo(slo)
@@ -93,11 +94,14 @@ def report(trace: Path, baseline: Path | None, budget_file: Path | None, fmt: st
         warn(f"baseline: {w}")
     rep = build_report(run, base, budget, tolerance_pct=tolerance_pct)
     doc = rep.to_json()
+    sweep = read_sweep(trace)  # a probe sweep's output directory: its report is the sweep's summary
+    if sweep is not None:
+        doc["sweep"] = sweep
     for c in doc["checks"]:
         if c["status"] == "skip":
             warn(f"skipped {c['key']}: {c['message']}")
     if html_file is not None:
-        doc["html"] = _write_page(trace, run, doc, html_file, html_url, output)
+        doc["html"] = _write_page(trace, run, doc, sweep, html_file, html_url, output)
     text = render(doc, fmt)
     if output is None:
         echo(text.removesuffix("\n"), limit=None, newlines=True)  # the renderers escaped; this is the net
@@ -114,15 +118,14 @@ def report(trace: Path, baseline: Path | None, budget_file: Path | None, fmt: st
     return EXIT_OK if rep.passed else EXIT_THRESHOLD
 
 
-def _write_page(trace: Path, run: Any, doc: dict[str, Any], page: Path, url: str | None,
-                output: Path | None) -> dict[str, Any]:
-    """Write the page (a sweep's when TRACE is a probe sweep's output directory) and its figures;
+def _write_page(trace: Path, run: Any, doc: dict[str, Any], sweep: dict[str, Any] | None, page: Path,
+                url: str | None, output: Path | None) -> dict[str, Any]:
+    """Write the page (the sweep's when TRACE is a probe sweep's output directory) and its figures;
     the report's ``html`` object: where the Markdown links them."""
     import os
 
-    from tracetool.report.html import read_sweep, report_page, sweep_page, write
+    from tracetool.report.html import report_page, sweep_page, write
 
-    sweep = read_sweep(trace)
     html = sweep_page(sweep, trace.name) if sweep is not None else report_page(run.analysis, doc, run.doc)
     written = write(html, page, images=True)
     said_page(written)

@@ -166,14 +166,14 @@ def headline(doc: dict[str, Any]) -> str:
     if tail is not None:
         t = tail["components"][0]
         what = "in time no component measures" if t["component"] == "unattributed" else f"in {t['component']}"
-        in_tail = f"; its tail moved most {what} ({t['delta_ms']:+.3g} ms per tail request)"
+        in_tail = f"; its tail moved most {what} ({units.ms(t['delta_ms'], sign=True)} per tail request)"
     top = next((c for c in doc["components"] if c["component"] == doc["top"]), None)
     if top is None:
         return said + "; where it went is not measured in both traces" + in_tail
     total = sum(c["delta_ms"] for c in doc["components"] if c["delta_ms"] is not None)
     part = top["delta_ms"] / total if total else 0.0
     where = ("all in" if part >= ALL_IN else "mostly in" if part >= MOSTLY_IN else "most in") + f" {top['component']}"
-    return f"{said}, {where} ({top['delta_ms']:+.3g} ms per request){in_tail}"
+    return f"{said}, {where} ({units.ms(top['delta_ms'], sign=True)} per request){in_tail}"
 
 
 def _r(x: float | None, d: int) -> float | None:

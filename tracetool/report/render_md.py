@@ -13,6 +13,7 @@ comment) must not get a link, an image, raw HTML or an entity from a trace, only
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from tracetool.glyphs import NOT_MEASURED
@@ -25,7 +26,10 @@ VERDICT_MARK = {"supported": "✅", "contributing": "➖", "misdiagnosis": "❌"
 
 
 def render_markdown(doc: dict[str, Any]) -> str:
-    """The whole report as Markdown text (ends with a newline)."""
+    """The whole report as Markdown text (ends with a newline); a probe sweep's (``doc["sweep"]``)
+    is its per-level summary, not one analysis of every level's requests pooled."""
+    if doc.get("sweep"):
+        return _render_sweep(doc)
     out: list[str] = []
     t, b = doc["trace"], doc["baseline"]
     title = md_code(t["label"]) + (f" vs baseline {md_code(b['label'])}" if b else "")
@@ -40,12 +44,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         out.append(f"Imported from {md_code(t['source'])}: client-side timings only; server phases are not measured "
                    "(shown as –, never as 0).")
         out.append("")
-    if doc["checks"]:
-        out += ["### Checks", ""]
-        rows = [[STATUS_MARK[c["status"]], md_text(c["title"]), check_value(c), md_text(c["message"])]
-                for c in doc["checks"]]
-        out += table(["", "check", "measured", "detail"], rows, "clll")
-        out.append("")
+    out += _checks(doc)
     out += ["### Latency", ""]
     out += _latency_table(doc["latency"])
     out.append("")
@@ -99,11 +98,108 @@ def render_markdown(doc: dict[str, Any]) -> str:
                  md_text(c["detail"])] for c in doc["claims"]]
         out += table(["claim", "verdict", "share of e2e", "evidence"], rows, "llrl")
         out.append("")
+    return _end(doc, out)
+
+
+def _checks(doc: dict[str, Any]) -> list[str]:
+    if not doc["checks"]:
+        return []
+    rows = [[STATUS_MARK[c["status"]], md_text(c["title"]), check_value(c), md_text(c["message"])]
+            for c in doc["checks"]]
+    return ["### Checks", "", *table(["", "check", "measured", "detail"], rows, "clll"), ""]
+
+
+def _end(doc: dict[str, Any], out: list[str]) -> str:
     if doc.get("html"):
         out += _pictures(doc["html"])
     out.append(f"<sub>{doc['format']} v{doc['version']} · `tracetool report --format json` has every number "
                "· docs/ci-reports.md</sub>")
     return "\n".join(out) + "\n"
+
+
+# -- a probe sweep: its own summary (OUT/sweep.json), one row per level -------------------------
+
+def _plain(text: str, key: str | None = None, scale: float = 1) -> str:
+    return text
+
+
+def sweep_header(axis: str) -> list[str]:
+    """The per-level table's columns (the Markdown report's and the HTML page's)."""
+    return [axis, "ok", "req/s", "tok/s", "TTFT p50", "TTFT p99", "ITL p50", "e2e p50", "e2e p99",
+            "goodput req/s", "SLO met", "bottleneck"]
+
+
+#: (metric, percentile) of the per-level table's latency columns.
+SWEEP_LATENCY = (("ttft_ms", "p50"), ("ttft_ms", "p99"), ("itl_ms", "p50"), ("e2e_ms", "p50"), ("e2e_ms", "p99"))
+
+
+def sweep_row(i: int, lv: dict[str, Any], num: Callable[..., str] = _plain,
+              text: Callable[[Any], str] | None = None) -> list[str]:
+    """One level's cells, each number formatted once for every format: ``num(shown, key, scale)``
+    marks it (the HTML page's ``data-key``; plain text here), ``text`` escapes outside text
+    (default: for Markdown)."""
+    text = text or md_text
+    k = f"levels.{i}"
+    s = lv.get("slo") or {}
+    return [num(f"{lv['level']:g}", f"{k}.level"),
+            f"{num(str(lv['ok']), f'{k}.ok')}/{num(str(lv['requests']), f'{k}.requests')}",
+            num(fmt.rate(lv["request_throughput"], 2), f"{k}.request_throughput"),
+            num(fmt.rate(lv["output_token_throughput"], 1), f"{k}.output_token_throughput"),
+            *(num(fmt.ms(lv[m][q]), f"{k}.{m}.{q}") for m, q in SWEEP_LATENCY),
+            num(fmt.rate(s.get("goodput_rps"), 2), f"{k}.slo.goodput_rps") if s else NOT_MEASURED,
+            num(fmt.share(s.get("attainment")), f"{k}.slo.attainment", 100) if s else NOT_MEASURED,
+            text(lv.get("bottleneck") or NOT_MEASURED)]
+
+
+def sweep_notes(doc: dict[str, Any], num: Callable[..., str] = _plain,
+                text: Callable[[Any], str] | None = None) -> list[str]:
+    """The sentences under the per-level table: the SLOs and the highest level that meets them,
+    where the time moved, the levels the client could not drive."""
+    text = text or md_text
+    levels = doc.get("levels") or []
+    axis = doc.get("axis") or "level"
+    targets: dict[str, float] = next((lv["slo"]["targets"] for lv in levels if lv.get("slo")), {})
+    best = doc.get("best_level")
+    out = []
+    if targets:
+        said = ", ".join(f"{text(k)} ≤ {v:g}" for k, v in targets.items())
+        out.append(f"SLOs {said}: the highest {text(axis)} that meets them is "
+                   f"{num(NOT_MEASURED if best is None else f'{best:g}', 'best_level')}"
+                   f"{'' if best is not None else ' (none does)'}.")
+    if doc.get("moved"):
+        out.append(f"Where the time moved: {text(doc['moved'])}.")
+    for lv in levels:
+        if lv.get("client_bound"):
+            out.append(f"{text(axis)} {lv['level']:g}: client-bound: {text(lv['client_bound'])}")
+    return out
+
+
+def _render_sweep(doc: dict[str, Any]) -> str:
+    sw = doc["sweep"]
+    levels = sw.get("levels") or []
+    axis = sw.get("axis") or "level"
+    said = ", ".join(f"{lv['level']:g}" for lv in levels)
+    out = [f"## {'✅' if doc['passed'] else '❌'} Sweep report: {md_text(axis)} {said}", "",
+           _verdict_line(doc).replace(" requests", " requests over every level", 1), ""]
+    out += _checks(doc)
+    out += ["### Per level", ""]
+    if levels:
+        out += table(sweep_header(md_text(axis)), [sweep_row(i, lv) for i, lv in enumerate(levels)],
+                     "rrrrrrrrrrrl")
+    else:
+        out.append("The sweep has no level.")
+    out.append("")
+    for line in sweep_notes(sw):
+        out += [line, ""]
+    if len(levels) == 1:
+        out += [ONE_LEVEL, ""]
+    out.append("<sub>Each level's numbers are the sweep's own (`sweep.json`, written by `tracetool probe`); "
+               "each level's trace is a trace of its own for `tracetool report LEVEL_DIR`.</sub>")
+    out.append("")
+    return _end(doc, out)
+
+
+ONE_LEVEL = "One level: nothing to compare across levels (a sweep is --rate 1,2,4 or --concurrency 1,4,16)."
 
 
 def _pictures(h: dict[str, Any]) -> list[str]:
@@ -208,4 +304,5 @@ def md_code(text: object, limit: int = NAME_LIMIT) -> str:
     return f"{fence}{pad}{s}{pad}{fence}"
 
 
-__all__ = ["check_value", "md_code", "md_text", "render_markdown", "table"]
+__all__ = ["ONE_LEVEL", "SWEEP_LATENCY", "check_value", "md_code", "md_text", "render_markdown",
+           "sweep_header", "sweep_notes", "sweep_row", "table"]

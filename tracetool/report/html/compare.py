@@ -20,8 +20,8 @@ from tracetool.report.html.figures import (
     svg,
 )
 from tracetool.report.html.page import Section, esc, num, table
-from tracetool.report.html.sections import n, rate
-from tracetool.report.render_md import STATUS_MARK, check_value
+from tracetool.report.html.sections import n
+from tracetool.report.render_md import ONE_LEVEL, STATUS_MARK, check_value, sweep_header, sweep_notes, sweep_row
 
 SWEEP_METRICS = (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("e2e_ms", "e2e"))
 QS = ("p50", "p90", "p99")
@@ -37,36 +37,14 @@ def sweep(doc: dict[str, Any]) -> Section:
     axis = doc.get("axis") or "level"
     targets: dict[str, float] = next((lv["slo"]["targets"] for lv in levels if lv.get("slo")), {})
     best = doc.get("best_level")
-    rows = []
-    for i, lv in enumerate(levels):
-        k = f"levels.{i}"
-        s = lv.get("slo") or {}
-        rows.append([n(f"{lv['level']:g}", f"{k}.level"),
-                     f"{n(str(lv['ok']), f'{k}.ok')}/{n(str(lv['requests']), f'{k}.requests')}",
-                     n(rate(lv["request_throughput"], 2), f"{k}.request_throughput"),
-                     n(rate(lv["output_token_throughput"], 1), f"{k}.output_token_throughput"),
-                     *(n(fmt.ms(lv[m][q]), f"{k}.{m}.{q}") for m, q in (("ttft_ms", "p50"), ("ttft_ms", "p99"),
-                                                                      ("itl_ms", "p50"), ("e2e_ms", "p50"),
-                                                                      ("e2e_ms", "p99"))),
-                     n(rate(s.get("goodput_rps"), 2), f"{k}.slo.goodput_rps") if s else NOT_MEASURED,
-                     n(fmt.share(s.get("attainment")), f"{k}.slo.attainment", 100) if s else NOT_MEASURED,
-                     esc(lv.get("bottleneck") or NOT_MEASURED)])
-    body = table([axis, "ok", "req/s", "tok/s", "TTFT p50", "TTFT p99", "ITL p50", "e2e p50", "e2e p99",
-                  "goodput req/s", "SLO met", "bottleneck"], rows, "rrrrrrrrrrrl", caption="Per level")
-    if targets:
-        said = ", ".join(f"{esc(k)} ≤ {v:g}" for k, v in targets.items())
-        body += (f"<p>SLOs {said}: the highest {esc(axis)} that meets them is "
-                 f"{n(NOT_MEASURED if best is None else f'{best:g}', 'best_level')}"
-                 f"{'' if best is not None else ' (none does)'}.</p>")
-    if doc.get("moved"):
-        body += f"<p>Where the time moved: {esc(doc['moved'])}.</p>"
-    for lv in levels:
-        if lv.get("client_bound"):
-            body += f"<p>{esc(axis)} {lv['level']:g}: client-bound: {esc(lv['client_bound'])}</p>"
-    note = "One level: nothing to compare across levels (a sweep is --rate 1,2,4 or --concurrency 1,4,16)." \
-        if len(levels) == 1 else None
+    # the cells and sentences the Markdown report writes too (one formatter per number), marked here
+    rows = [sweep_row(i, lv, num=n, text=esc) for i, lv in enumerate(levels)]
+    body = table(sweep_header(axis), rows, "rrrrrrrrrrrl", caption="Per level")
+    body += "".join(f"<p>{line}</p>" for line in sweep_notes(doc, num=n, text=esc))
+    note = ONE_LEVEL if len(levels) == 1 else None
+    # twelve columns do not fit beside the figures: the table goes under them, full width
     return Section(id="sweep", title=title, body=body, figures=[_sweep_latency(levels, targets, best),
-                                                                _sweep_shares(levels, axis)], note=note)
+                                                                _sweep_shares(levels, axis)], note=note, wide=True)
 
 
 def _sweep_latency(levels: list[dict[str, Any]], targets: dict[str, float], best: float | None) -> str:

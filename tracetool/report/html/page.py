@@ -38,18 +38,19 @@ def num(text: str, key: str | None = None) -> str:
 
 def table(header: list[str], rows: list[list[str]], align: str = "", caption: str | None = None) -> str:
     """A table; ``rows`` hold HTML (escape text with :func:`esc`, numbers with :func:`num`);
-    ``align`` has ``l`` or ``r`` per column (default left)."""
+    ``align`` has ``l`` or ``r`` per column (default left). It scrolls inside its own box when it
+    is wider than the column it is in, so the page never grows wider than the window."""
     def cls(i: int) -> str:
         return ' class="r"' if i < len(align) and align[i] == "r" else ""
 
-    out = ["<table>"]
+    out = ['<div class="tw"><table>']
     if caption:
         out.append(f"<caption>{esc(caption)}</caption>")
     out.append("<thead><tr>" + "".join(f"<th{cls(i)}>{esc(h)}</th>" for i, h in enumerate(header)) + "</tr></thead>")
     out.append("<tbody>")
     for r in rows:
         out.append("<tr>" + "".join(f"<td{cls(i)}>{c}</td>" for i, c in enumerate(r)) + "</tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     return "".join(out)
 
 
@@ -64,6 +65,7 @@ class Section:
     figures: list[str] = field(default_factory=list)
     reason: str | None = None
     note: str | None = None  # e.g. "1,000 of 52,000 requests drawn": what was sampled or aggregated
+    wide: bool = False  # the numbers under the figures, full width (a table of many columns), not beside
 
     @classmethod
     def absent(cls, id: str, title: str, reason: str) -> Section:
@@ -77,7 +79,7 @@ class Section:
         note = f'<p class="note">{esc(self.note)}</p>' if self.note else ""
         figs = f'<div class="figs">{figs}</div>' if figs else ""
         return (f'<section id="{esc(self.id)}" data-absent="false"><h2>{esc(self.title)}</h2>'
-                f'<div class="pair">{figs}<div class="numbers">{self.body}</div></div>'
+                f'<div class="pair{" wide" if self.wide else ""}">{figs}<div class="numbers">{self.body}</div></div>'
                 f"{note}</section>")
 
 
@@ -129,6 +131,8 @@ nav a{color:inherit}
 section{padding:16px 0;border-bottom:1px solid var(--rule)}
 .pair{display:flex;flex-wrap:wrap;gap:18px;align-items:flex-start}
 .figs{flex:1 1 560px;min-width:0}.numbers{flex:1 1 340px;min-width:0}
+.wide .figs,.wide .numbers{flex-basis:100%}.wide figure{max-width:960px}
+.tw{overflow-x:auto;max-width:100%;margin:0 0 12px}.tw table{margin:0}
 figure{margin:0 0 10px}figure svg{width:100%;height:auto;display:block}
 table{border-collapse:collapse;font-size:.88em;margin:0 0 12px;width:100%}
 caption{text-align:left;font-weight:600;padding:2px 0 4px}

@@ -174,7 +174,8 @@ def decode(points: list[tuple[float, float]], basis: str, fit: dict[str, Any] | 
 def batched(points: list[tuple[float, float, int]], by_batch: list[dict[str, Any]], fit: dict[str, Any] | None,
             roofline: dict[str, Any] | None) -> str:
     """Under batching: decode-only step time against the step's summed KV tokens (colour: batch
-    size) with the fit at a few batch sizes, and mean step time per batch size."""
+    size) with the fit at a few batch sizes, and mean decode-only step time per batch size
+    (``steps_batch.decode_only_mean_step_ms``)."""
     with figure(3.4, ncols=2, gridspec_kw={"width_ratios": [3, 2]}) as (fig, (ax, bx)):
         # one colour per batch-size group, named in the legend (a colour bar would be a raster image)
         for (lo_b, hi_b), colour in zip(_batch_groups(sorted({p[2] for p in points})), _GROUP_COLOURS, strict=False):
@@ -198,14 +199,17 @@ def batched(points: list[tuple[float, float, int]], by_batch: list[dict[str, Any
         ax.set_xlabel("KV tokens summed over the batch")
         ax.set_ylabel("decode-only step (ms)")
         ax.set_ylim(bottom=0)
-        if by_batch:
-            bx.plot([r["batch_size"] for r in by_batch], [r["mean_step_ms"] for r in by_batch], marker="o",
-                    markersize=3, color=SECOND)
+        # decode-only, as the scatter beside it: a batch's iterations that also prefill are stretched by
+        # the prompt (a lone request's prefill step made batch 1 read 3x its decode steps)
+        mean = [(r["batch_size"], r["decode_only_mean_step_ms"]) for r in by_batch
+                if r["batch_size"] is not None and r["decode_only_mean_step_ms"] is not None]
+        if mean:
+            bx.plot([b for b, _ in mean], [m for _, m in mean], marker="o", markersize=3, color=SECOND)
             bx.set_xlabel("batch size")
-            bx.set_ylabel("mean step (ms)")
+            bx.set_ylabel("mean decode-only step (ms)")
             bx.set_ylim(bottom=0)
         else:
-            no_data(bx, "no steps per batch size")
+            no_data(bx, "no decode-only steps per batch size")
         return svg(fig, "batched", "Decode under batching: step time against summed KV and batch size")
 
 

@@ -28,8 +28,7 @@ def n(text: str, key: str | None, scale: float = 1) -> str:
     return html
 
 
-def rate(x: float | None, digits: int = 1) -> str:
-    return NOT_MEASURED if x is None else f"{x:,.{digits}f}"
+rate = fmt.rate
 
 
 # -- 1. verdict -------------------------------------------------------------------------------
