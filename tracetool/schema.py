@@ -26,7 +26,8 @@ META_FILE = "meta.json"
 EXTENSIONS = ("arrows", "arrow", "parquet")
 
 #: ``<table>.<ext>`` or a segment ``<table>-<suffix>.<ext>``.
-TABLE_FILE_RE = re.compile(r"^(?P<table>[a-z_][a-z0-9_]*)(?:-(?P<suffix>[^/]+?))?\.(?P<ext>arrows|arrow|parquet)$")
+TABLE_FILE_RE = re.compile(r"^(?P<table>[a-z_][a-z0-9_]*)(?:-(?P<suffix>[^/]+?))?\.(?P<ext>"
+                           + "|".join(EXTENSIONS) + ")$")
 
 CLOCKS = ("server", "client")
 #: Clocks of ``server_metrics.clock``: a scraper may run on a host of its own.
