@@ -39,8 +39,9 @@
 -- the TTFT's side. Failed requests (requests.status = 'error') are kept here but
 -- left out of every aggregate.
 
--- The components of the rule in the order a request passes through them, the one list of them
--- here (tracetool.schema.COMPONENTS; tests/analyzers/test_sql_attribution.py keeps the two equal).
+-- The components of the rule in the order every output lists them (the report's row order, not the
+-- serving order: see tracetool.schema.COMPONENTS, which this mirrors;
+-- tests/analyzers/test_sql_attribution.py keeps the two equal).
 CREATE OR REPLACE TEMP TABLE _attribution_components AS
 SELECT * FROM (VALUES (0, 'client_queue'), (1, 'network'), (2, 'frontend'), (3, 'queue'), (4, 'tokenize'),
     (5, 'preprocess'), (6, 'prefill'), (7, 'decode'), (8, 'detokenize'), (9, 'postprocess'), (10, 'other'))

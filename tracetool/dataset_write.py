@@ -23,6 +23,7 @@ import pyarrow as pa
 from tracetool.dataset import Member, discover, open_members
 from tracetool.errors import BadInput, UsageError
 from tracetool.meta import write_meta
+from tracetool.schema import EXTENSIONS
 from tracetool.writer.output import check_output
 
 #: Rows per Parquet row group (about 10-40 MB per tokens group uncompressed).
@@ -70,7 +71,7 @@ def write_dataset(paths: Sequence[Path], output: Path, *, force: bool = False) -
             dest = output / m.label if ds.is_tree else output / (m.path.name or "trace")
             dest.mkdir(parents=True, exist_ok=True)
             for p in dest.iterdir():
-                if p.suffix in (".arrows", ".arrow", ".parquet"):
+                if p.suffix[1:] in EXTENSIONS:
                     p.unlink()
             for name, table in t.tables.items():
                 write_table(sort_table(name, table), dest / f"{name}.parquet")

@@ -26,7 +26,8 @@ META_FILE = "meta.json"
 EXTENSIONS = ("arrows", "arrow", "parquet")
 
 #: ``<table>.<ext>`` or a segment ``<table>-<suffix>.<ext>``.
-TABLE_FILE_RE = re.compile(r"^(?P<table>[a-z_][a-z0-9_]*)(?:-(?P<suffix>[^/]+?))?\.(?P<ext>arrows|arrow|parquet)$")
+TABLE_FILE_RE = re.compile(r"^(?P<table>[a-z_][a-z0-9_]*)(?:-(?P<suffix>[^/]+?))?\.(?P<ext>"
+                           + "|".join(EXTENSIONS) + ")$")
 
 CLOCKS = ("server", "client")
 #: Clocks of ``server_metrics.clock``: a scraper may run on a host of its own.
@@ -45,7 +46,13 @@ PHASES = ("preprocess", "tokenize", "queue", "prefill", "decode", "detokenize", 
 #: The phases before the first token exists, and from it on (serving order around it).
 PHASES_BEFORE_FIRST_TOKEN = PHASES[:PHASES.index("prefill") + 1]
 PHASES_FROM_FIRST_TOKEN = PHASES[PHASES.index("prefill") + 1:]
-#: Components of the attribution rule, in the order they happen.
+#: Components of the attribution rule, in the order every output lists them (``analyze --json``'s
+#: ``components``, documented in docs/analysis-json.md; the reports, the TUI, ``diff``): the time
+#: outside the server, then the server phases, then ``other``. This is the report's row order, not
+#: the serving order: the phases before prefill come the other way round from :data:`PHASES`
+#: (``queue`` first), as the contract has listed them since version 1, and reordering them would
+#: reorder every report. ``analyzers/attribution.sql`` mirrors this tuple; tests/unit/test_phase_order.py
+#: pins how it relates to PHASES, to the SQL and to the docs.
 COMPONENTS = ("client_queue", "network", "frontend", "queue", "tokenize", "preprocess", "prefill", "decode",
               "detokenize", "postprocess", "other")
 #: Components only some traces can measure: ``client_queue`` a scheduled load run (``client.queue``

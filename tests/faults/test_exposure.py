@@ -35,6 +35,7 @@ import pyarrow as pa
 import pytest
 
 from tests.conftest import REPO
+from tests.waiting import wait_until
 from tracetool.serving.demo import server_process
 
 MODEL = "tracetool-demo-llama"
@@ -193,13 +194,9 @@ def test_requests_beyond_the_queue_get_503(limited: str) -> None:
 
             th = threading.Thread(target=wait_in_queue, daemon=True)
             th.start()
-            for _ in range(400):  # until the server says one request waits
-                if httpx.get(f"{limited.removesuffix('/v1')}/health").json() == \
-                        {"status": "ok", "active": 1, "waiting": 1}:
-                    break
-                threading.Event().wait(0.025)
-            else:
-                raise AssertionError("the second request never waited")
+            health = f"{limited.removesuffix('/v1')}/health"
+            wait_until(lambda: httpx.get(health).json() == {"status": "ok", "active": 1, "waiting": 1},
+                       "the server's /health to say one request runs and one waits")
             r = httpx.post(f"{limited}/completions", json={**body, "stream": False})
             assert r.status_code == 503 and _err(r)["code"] == "overloaded"
         th.join(60)  # closing the first stream cancelled it; the waiting one ran to its end
@@ -226,18 +223,12 @@ def test_max_queue_zero_still_serves_requests_that_find_a_free_slot(tmp_path: Pa
 
     try:
         engine.submit(GenRequest(rec.request("a"), [1, 2, 3], 2, first, ignore_eos=True))  # a free slot
-        for _ in range(400):
-            if engine.load == (1, 0):
-                break
-            threading.Event().wait(0.01)
+        wait_until(lambda: engine.load == (1, 0), "the first request in the only slot")
         with pytest.raises(Overloaded):
             engine.submit(GenRequest(rec.request("b"), [1, 2, 3], 2, lambda ev: None))
         hold.set()
         assert done.wait(30)
-        for _ in range(400):
-            if engine.load == (0, 0):
-                break
-            threading.Event().wait(0.01)
+        wait_until(lambda: engine.load == (0, 0), "the slot free again")
         engine.submit(GenRequest(rec.request("c"), [1, 2, 3], 2, lambda ev: None))  # the slot is free again
     finally:
         hold.set()

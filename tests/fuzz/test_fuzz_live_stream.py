@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from tests.fuzz.fuzzlib import assert_clean, fuzz_settings, run_cli, tried
 from tests.fuzz.mutators import JSON_VALUES, dumps, mutated_json
 from tests.fuzz.test_fuzz_trace_files import fuzzed_table
+from tests.waiting import wait_until
 from tracetool.live.protocol import STREAMED
 
 HELLO = {"instance": "abc", "version": 1, "tables": list(STREAMED), "history_s": 30, "history_rows": 1000,
@@ -125,8 +126,10 @@ def test_live_source_snapshot_against_a_hostile_server(case: tuple[bytes, dict[s
         srv.hello, srv.streams = body, streams
     source = LiveSource([f"127.0.0.1:{srv.port}"]).start()
     try:
-        source.wait_first(3)
-        threading.Event().wait(0.2)
+        # The script's streams are finite: a connection's first outcome comes when each has ended (or
+        # the hello failed), and by then every batch the server sent has reached the source's windows.
+        wait_until(lambda: all(c.first_outcome.is_set() for c in source.connections),
+                   "the first connection to the hostile server to end")
         traces = source.snapshot()  # what the TUI's analysis worker reads
         for t in traces:
             for name in t.tables:

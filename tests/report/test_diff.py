@@ -89,6 +89,36 @@ def test_the_tui_opens_a_diff(pair: tuple[Path, Path]) -> None:
     assert n_lat == len(doc["latency"]) == 12 and n_comp == len(doc["components"])
 
 
+def test_the_tui_and_the_text_diff_print_the_same_cells(capsys: pytest.CaptureFixture[str]) -> None:
+    """0.125 ms is 0.13 on both (the TUI once rounded the binary double to 0.12), and a missing value
+    is the one not-measured mark on both."""
+    from tracetool.glyphs import NOT_MEASURED
+    from tracetool.report.diff import print_diff
+
+    doc = {"a": {"label": "a", "requests": 1}, "b": {"label": "b", "requests": 1}, "headline": "h", "top": None,
+           "latency": [{"stat": "p50", "metric": "ttft", "a_ms": 0.125, "b_ms": None, "delta_pct": None,
+                        "ci_low_pct": None, "ci_high_pct": None, "significant": False}],
+           "components": [{"component": "queue", "a_ms": 2.675, "b_ms": 1.0, "delta_ms": -1.675,
+                           "ci_low_ms": -2.005, "ci_high_ms": 0.125, "a_share": None, "b_share": 0.5}]}
+    print_diff(doc)
+    lines = capsys.readouterr().out.splitlines()
+    comp = lines[7].split()  # queue 2.68 1.00 -1.68 -2.01 .. +0.13 – -> 50.0 %
+    text = [lines[4].split()[2:5], [*comp[1:5], comp[6]]]
+
+    async def go() -> list[list[str]]:
+        from textual.widgets import DataTable
+
+        app = DiffApp(doc)
+        async with app.run_test() as pilot:
+            await pilot.pause()
+            lat = app.query_one("#latency", DataTable).get_row_at(0)
+            comps = app.query_one("#components", DataTable).get_row_at(0)
+            return [[str(x) for x in lat[1:4]], [str(x) for x in comps[1:4]] + str(comps[4]).split(" … ")]
+
+    assert asyncio.run(go()) == text == [["0.13", NOT_MEASURED, NOT_MEASURED],
+                                         ["2.68", "1.00", "-1.68", "-2.01", "+0.13"]]
+
+
 def test_the_diff_says_which_component_moved_the_tail(tmp_path: Path) -> None:
     """B's prefill is twice as slow per prompt token: its p99 TTFT (the 30k-token prompts) moves, and the
     diff's tail names prefill with the change the generator made to those requests."""

@@ -22,6 +22,7 @@ import pytest
 
 import analyzers
 from tests.serving.recording_double import RecordingServer, UvicornThread
+from tests.waiting import wait_until_async
 from tracetool.reader import open_trace
 from tracetool.serving import schedule
 
@@ -164,8 +165,7 @@ def test_the_loop_monitor_counts_late_wakeups() -> None:
 
     async def go() -> None:
         task = asyncio.ensure_future(mon.run())
-        while mon.stats.wakeups < 5:
-            await asyncio.sleep(0)
+        await wait_until_async(lambda: mon.stats.wakeups >= 5, "five wake-ups of the loop monitor", interval=0)
         task.cancel()
 
     asyncio.run(go())

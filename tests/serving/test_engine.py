@@ -39,15 +39,18 @@ class Run:
         self.jobs: list[GenRequest] = []
         self._left = 0
         self._done = threading.Event()
+        self._ended: dict[int, threading.Event] = {}  # each request's own "done or error"
         self._lock = threading.Lock()
 
     def submit(self, ids: list[int], max_tokens: int, **kw: Any) -> GenRequest:
         i = len(self.jobs)
         self.events[i] = []
+        self._ended[i] = threading.Event()
 
         def emit(ev: tuple[Any, ...]) -> None:
             self.events[i].append(ev)
             if ev[0] in ("done", "error"):
+                self._ended[i].set()
                 with self._lock:
                     self._left -= 1
                     if self._left == 0:
@@ -63,6 +66,10 @@ class Run:
 
     def wait(self) -> None:
         assert self._done.wait(120), "engine did not finish"
+
+    def wait_for(self, i: int) -> None:
+        """Until request ``i`` (in submission order) ends, whatever the others do."""
+        assert self._ended[i].wait(120), f"request {i} did not finish"
 
 
 @pytest.fixture
@@ -137,8 +144,7 @@ def test_stop_reasons_and_cancel(run: Any, tiny: tuple[Any, Any]) -> None:
     long_job = r.submit(tok("go on")["input_ids"], 200, temperature=0.0, ignore_eos=True)
     short = r.submit(tok("stop soon")["input_ids"], 3, temperature=0.7, seed=1)
     r.engine.cancel(long_job)
-    while not r.events[1] or r.events[1][-1][0] not in ("done", "error"):
-        r._done.wait(0.05)  # the short one finishes; the cancelled one just stops
+    r.wait_for(1)  # the short one finishes; the cancelled one just stops
     assert r.events[1][-1][0] == "done" and r.events[1][-1][1] in ("length", "stop")
     assert len(short.generated) <= 3
     assert len(long_job.generated) < 200

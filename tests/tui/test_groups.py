@@ -18,6 +18,7 @@ from tui_traces import bad_trace, two_servers
 
 from analyzers.options import AnalysisOptions
 from tests.conftest import run_tracetool
+from tests.waiting import wait_until_async
 from tracetool.errors import BadInput, UsageError
 from tracetool.reader import Trace
 from tracetool.trace_source import DirectorySource, GroupedSource, SourceDefaults
@@ -231,8 +232,7 @@ class TwoServers(SourceDefaults):
 async def test_on_a_live_source_g_picks_a_server(chat: Path, xregion: Path) -> None:
     app = TraceApp(TwoServers(chat, xregion))
     async with app.run_test(size=SIZE) as pilot:
-        while app.snapshot is None:
-            await pilot.pause(0.05)
+        await wait_until_async(lambda: app.snapshot is not None, "the live source's first snapshot", pilot=pilot)
         assert app.check_action("pick_group", ()) is True
         await pilot.press("g")
         assert isinstance(app.screen, GroupScreen)
@@ -241,8 +241,8 @@ async def test_on_a_live_source_g_picks_a_server(chat: Path, xregion: Path) -> N
         assert ids == [ALL, "chat", "xregion"]
         await pilot.press("down", "down", "enter")
         assert app.selected == "xregion"
-        while app.current_view() is None or shown(app).label != "xregion":
-            await pilot.pause(0.05)
+        await wait_until_async(lambda: app.current_view() is not None and shown(app).label == "xregion",
+                               "the xregion server's analysis on screen", pilot=pilot)
         assert shown(app).doc["bottleneck"] == "network"
         await pilot.press("q")
 

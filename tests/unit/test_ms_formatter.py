@@ -71,11 +71,61 @@ def test_every_surface_prints_the_mark_for_a_missing_value(capsys: pytest.Captur
                                 "50.0", "%"]
 
 
-def test_no_surface_writes_its_own_not_measured_mark() -> None:
-    """A hyphen for a missing value, or a milliseconds formatter of its own, is how the surfaces drifted."""
+# What a surface writes when it formats milliseconds or marks a missing value by itself: a formatter of
+# its own (by name, or a ``mark if x is None else f"{x:.2f}"``), a fixed-point format of a value named
+# ``…ms`` or followed by " ms" in an f-string (units.ms rounds halves up from the shortest repr; ``:.2f``
+# rounds the binary double: 0.125 -> 0.12 where the text diff printed 0.13), and a dash of its own for a
+# missing value (glyphs.NOT_MEASURED is the one mark).
+_OWN_FORMATTER = re.compile(r"""def (_?fmt_ms|_ms|_signed_ms)\(|is None else f["']\{\w+:[+ ]?\.\d+f\}["']""")
+_FIELD = re.compile(r"\{([^{}:]+):([+\- ]?[<>^=]?\d*,?\.\d+f)\}( ms\b)?")
+_OWN_MARK = re.compile(r"""["']–["']|["']-["'] if [^:]* is None|is None else ["']-["']""")
+
+
+def own_formats(text: str) -> list[str]:
+    """The lines of one module's source that format milliseconds or the not-measured mark by hand."""
     found = []
-    for path in (REPO / "tracetool").rglob("*.py"):
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            if re.search(r"""["']-["'] if [^:]* is None|def (_?fmt_ms|_ms|_signed_ms)\(""", line):
-                found.append(f"{path.relative_to(REPO)}:{n}: {line.strip()}")
+    for n, line in enumerate(text.splitlines(), 1):
+        ms_fields = [m for m in _FIELD.finditer(line) if m.group(3) or re.search(r"ms\b", m.group(1))]
+        if _OWN_FORMATTER.search(line) or _OWN_MARK.search(line) or ms_fields:
+            found.append(f"{n}: {line.strip()}")
+    return found
+
+
+def test_no_surface_writes_its_own_not_measured_mark() -> None:
+    """A hyphen or en dash of its own for a missing value, or a milliseconds format of its own, is how
+    the surfaces drifted (the TUI's diff rounded 0.125 to 0.12 where ``tracetool diff`` printed 0.13)."""
+    found = []
+    for path in sorted((REPO / "tracetool").rglob("*.py")):
+        if path.name == "glyphs.py":  # the mark's one definition
+            continue
+        found += [f"{path.relative_to(REPO)}:{x}" for x in own_formats(path.read_text())]
     assert found == []
+
+
+@pytest.mark.parametrize("line", [
+    # The TUI diff's cells before they used units.ms and glyphs.NOT_MEASURED:
+    '    return "–" if x is None else f"{x:.2f}"',
+    """comps.add_row(name, a, b, "–" if c["delta_ms"] is None else f"{c['delta_ms']:+.2f}",""",
+    """top["component"] if top else "–",""",
+    """def _ms(x: float | None) -> str:""",
+    # a hyphen for a missing value, an own fixed-point millisecond format:
+    """cell = "-" if row["p50"] is None else units.ms(row["p50"])""",
+    """echo(f"step {e.decode_step_ms:.2f} ms ideal")""",
+    """echo(f"worst {lag:.1f} ms")""",
+    '    return NOT_MEASURED if x is None else f"{x:+.2f}"',
+])
+def test_the_guard_flags_a_surfaces_own_format(line: str) -> None:
+    assert own_formats(line) != []
+
+
+@pytest.mark.parametrize("line", [
+    """echo(f"{units.ms(x['a_ms'], 2, unit=False):>11}")""",
+    'return NOT_MEASURED if x is None else f"{x * 100:.1f} %"',
+    'sign = "-" if fit["per_1k_kv_ms"] < 0 else "+"',
+    """slug = re.sub(r"[^a-z0-9.]+", "-", label.lower()).strip("-")""",
+    """echo(f"{e.kv_bytes_per_gpu / 1e9:,.2f} GB")""",
+    """("time span", NOT_MEASURED if span is None else f"{span:.3f} s"),""",
+    'return NOT_MEASURED if x is None else f"{x:.{d}f}"',
+])
+def test_the_guard_lets_the_shared_formatters_and_other_dashes_be(line: str) -> None:
+    assert own_formats(line) == []

@@ -169,7 +169,7 @@ def print_analysis(doc: dict[str, Any]) -> None:
         sign = "-" if fit["per_1k_kv_ms"] < 0 else "+"
         r2 = NOT_MEASURED if fit["r2"] is None else f"{fit['r2']:.2f}"
         echo(f"  fit    {fit['basis']} = {units.ms(fit['base_ms'], 2)} {sign} "
-             f"{abs(fit['per_1k_kv_ms']):.3f} ms per 1k KV "
+             f"{units.ms(abs(fit['per_1k_kv_ms']), 3)} per 1k KV "
              f"(r² {r2}, {fit['n']:,} tokens, kv {fit['kv_len_min']:,}-{fit['kv_len_max']:,})")
     if roof:
         echo(f"  roofline ideal {units.ms(roof['ideal_step_ms'], 2)} vs measured "
@@ -261,8 +261,8 @@ def estimate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, ba
     echo(f"  weights read per step   {e.weight_bytes / 1e9:,.2f} GB ({e.weight_bytes_per_gpu / 1e9:,.2f} GB per GPU)")
     echo(f"  KV cache per step       {e.kv_bytes_per_gpu * e.tp / 1e9:,.2f} GB at mean kv_len {e.kv_len_mean:,.0f} "
          f"({e.kv_bytes_per_token:,.0f} B/token)")
-    echo(f"  decode step             {e.decode_step_ms_ideal:.2f} ms ideal ({e.decode_bound}-bound), "
-         f"{e.decode_step_ms:.2f} ms at {e.efficiency:.0%} → {e.per_request_tok_s:,.0f} tok/s per request, "
+    echo(f"  decode step             {units.ms(e.decode_step_ms_ideal, 2)} ideal ({e.decode_bound}-bound), "
+         f"{units.ms(e.decode_step_ms, 2)} at {e.efficiency:.0%} → {e.per_request_tok_s:,.0f} tok/s per request, "
          f"{e.aggregate_tok_s:,.0f} tok/s aggregate")
     echo(f"  prefill                 {e.prefill_flops:.3g} FLOP: {units.ms(e.prefill_ms_ideal, 2)} ideal, "
          f"{units.ms(e.prefill_ms, 2)} at {e.prefill_efficiency:.0%}")

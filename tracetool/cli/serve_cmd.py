@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from tracetool import units
 from tracetool.cli.attach_cmd import live_config, live_options
 from tracetool.cli.common import emit_json, json_option, old_spelling, sigterm_as_ctrl_c, warn
 from tracetool.cli.metrics_options import metrics_options
@@ -299,7 +300,7 @@ def merge(client_trace: Path, server_trace: Path, output: Path, force: bool, as_
         emit_json({"version": 1, **rep.as_dict()})
         return 0
     pct = 100.0 * rep.joined / rep.client_requests if rep.client_requests else 0.0
-    off = NOT_MEASURED if rep.offset_ns_median is None else f"{rep.offset_ns_median / 1e6:.3f} ms"
+    off = NOT_MEASURED if rep.offset_ns_median is None else units.ms(rep.offset_ns_median / 1e6, 3)
     echo(f"joined {rep.joined}/{rep.client_requests} client requests ({pct:.0f} %) with the server trace; "
          f"{rep.server_only} server-only, {rep.client_only} client-only; "
          f"{rep.tokens_with_recv:,} tokens with client receipt times; median clock offset {off}")

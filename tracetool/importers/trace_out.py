@@ -29,10 +29,6 @@ from tracetool.meta import new_meta, write_meta
 from tracetool.schema import CLIENT_REQUEST, TABLES
 from tracetool.writer.output import prepare_output
 
-_TABLE_SUFFIXES = (".arrows", ".arrow", ".parquet")
-
-
-
 
 def write_trace(result: ImportResult, out: Path, *, force: bool = False) -> dict[str, Any]:
     """Write ``result`` as a trace in ``out``; return a summary (counts, notes)."""

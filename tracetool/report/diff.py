@@ -195,8 +195,8 @@ def print_diff(doc: dict[str, Any]) -> None:
     echo("")
     echo(f"{'component':<13}{'A ms/req':>10}{'B ms/req':>10}{'change':>11}  {'interval (ms)':<22}{'share A -> B'}")
     for c in doc["components"]:
-        ch = NOT_MEASURED if c["delta_ms"] is None else f"{c['delta_ms']:+.2f}"
-        ci = NOT_MEASURED if c["ci_low_ms"] is None else f"{c['ci_low_ms']:+.2f} .. {c['ci_high_ms']:+.2f}"
+        ch = _change(c["delta_ms"])
+        ci = NOT_MEASURED if c["ci_low_ms"] is None else f"{_change(c['ci_low_ms'])} .. {_change(c['ci_high_ms'])}"
         sh = f"{_pct(c['a_share'])} -> {_pct(c['b_share'])}"
         mark = " <- top" if c["component"] == doc["top"] else ""
         echo(f"{c['component']:<13}{units.ms(c['a_ms'], 2, unit=False):>10}{units.ms(c['b_ms'], 2, unit=False):>10}"
@@ -210,7 +210,11 @@ def print_diff(doc: dict[str, Any]) -> None:
             for i, c in enumerate(t["components"][:3]):
                 echo(f"{name if i == 0 else '':<12}{counts if i == 0 else '':>14}  {c['component']:<13}"
                      f"{units.ms(c['a_ms'], 2, unit=False):>10}{units.ms(c['b_ms'], 2, unit=False):>10}"
-                     f"{c['delta_ms']:>+11.2f}")
+                     f"{_change(c['delta_ms']):>11}")
+
+
+def _change(x: float | None) -> str:
+    return units.ms(x, 2, unit=False, sign=True)
 
 
 def _pct(x: float | None) -> str:

@@ -82,7 +82,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
     if doc.get("slo"):
         sl = doc["slo"]
         targets = ", ".join(f"{k} ≤ {v:g}" for k, v in sl["targets"].items())
-        good = "–" if sl["goodput_rps"] is None else f"{sl['goodput_rps']:.2f} req/s"
+        good = NOT_MEASURED if sl["goodput_rps"] is None else f"{sl['goodput_rps']:.2f} req/s"
         out += ["### SLOs", "", f"{targets}: {sl['met_requests']} of {sl['requests']} requests met them "
                 f"({fmt.share(sl['attainment'])}); goodput {good}.", ""]
     if doc["findings"]:

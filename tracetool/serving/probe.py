@@ -38,6 +38,7 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
+from tracetool import units
 from tracetool.errors import BadInput, UsageError
 from tracetool.notices import say_once
 from tracetool.serving import probe_events, server_timings
@@ -217,7 +218,7 @@ class Prober:
         measure the client as much as the server."""
         if late_share >= LAG_WARN_SHARE:
             say_once("probe-loop-lag", f"the probe's event loop is lagging ({late_share * 100:.0f} % of wake-ups "
-                     f"later than {LAG_LIMIT_MS:g} ms, worst {max_lag_ms:.1f} ms): the probe is near what one "
+                     f"later than {LAG_LIMIT_MS:g} ms, worst {units.ms(max_lag_ms, 1)}): the probe is near what one "
                      "process can drive; its latencies include its own delay (use fewer requests/s per probe, "
                      "or several probes)")
         if self.monitor.cpu_share() >= CPU_BOUND:

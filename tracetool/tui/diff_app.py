@@ -12,6 +12,8 @@ from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widgets import DataTable, Footer, Header, Static
 
+from tracetool import units
+from tracetool.glyphs import NOT_MEASURED
 from tracetool.report.fmt import METRIC_NAMES
 from tracetool.tui import fmt
 
@@ -45,16 +47,17 @@ class DiffApp(App[int]):
         lat = self.query_one("#latency", DataTable)
         lat.add_columns("latency", "A (ms)", "B (ms)", "change", "interval")
         for x in self.doc["latency"]:
-            ci = "–" if x["ci_low_pct"] is None else f"{x['ci_low_pct']:+.1f} … {x['ci_high_pct']:+.1f} %"
-            lat.add_row(f"{x['stat']} {METRIC_NAMES.get(x['metric'], x['metric'])}", _f(x["a_ms"]), _f(x["b_ms"]),
-                        "–" if x["delta_pct"] is None else f"{x['delta_pct']:+.1f} %",
+            ci = NOT_MEASURED if x["ci_low_pct"] is None else f"{x['ci_low_pct']:+.1f} … {x['ci_high_pct']:+.1f} %"
+            lat.add_row(f"{x['stat']} {METRIC_NAMES.get(x['metric'], x['metric'])}", _cell(x["a_ms"]), _cell(x["b_ms"]),
+                        NOT_MEASURED if x["delta_pct"] is None else f"{x['delta_pct']:+.1f} %",
                         ci + (" *" if x["significant"] else ""))
         comps = self.query_one("#components", DataTable)
         comps.add_columns("component", "A ms/req", "B ms/req", "change (ms)", "interval (ms)", "share A → B")
         for c in self.doc["components"]:
             name = c["component"] + (" ◀ top" if c["component"] == self.doc["top"] else "")
-            comps.add_row(name, _f(c["a_ms"]), _f(c["b_ms"]), "–" if c["delta_ms"] is None else f"{c['delta_ms']:+.2f}",
-                          "–" if c["ci_low_ms"] is None else f"{c['ci_low_ms']:+.2f} … {c['ci_high_ms']:+.2f}",
+            ci = (NOT_MEASURED if c["ci_low_ms"] is None
+                  else f"{_change(c['ci_low_ms'])} … {_change(c['ci_high_ms'])}")
+            comps.add_row(name, _cell(c["a_ms"]), _cell(c["b_ms"]), _change(c["delta_ms"]), ci,
                           f"{_p(c['a_share'])} → {_p(c['b_share'])}")
         tail = self.query_one("#tail", DataTable)
         tail.add_columns("tail", "requests A/B", "moved most", "A ms/req", "B ms/req", "change (ms)")
@@ -62,13 +65,18 @@ class DiffApp(App[int]):
             top = (t["components"] or [None])[0]
             tail.add_row(f"{t['stat']} {METRIC_NAMES.get(t['metric'], t['metric'])}",
                          f"{t['a_requests']}/{t['b_requests']}",
-                         top["component"] if top else "–", _f(top["a_ms"] if top else None),
-                         _f(top["b_ms"] if top else None), "–" if top is None else f"{top['delta_ms']:+.2f}")
+                         top["component"] if top else NOT_MEASURED, _cell(top["a_ms"] if top else None),
+                         _cell(top["b_ms"] if top else None), _change(top["delta_ms"] if top else None))
 
 
-def _f(x: float | None) -> str:
-    return "–" if x is None else f"{x:.2f}"
+# The same cells as ``tracetool diff``'s text (tracetool.report.diff.print_diff): one rounding rule.
+def _cell(x: float | None) -> str:
+    return units.ms(x, 2, unit=False)
+
+
+def _change(x: float | None) -> str:
+    return units.ms(x, 2, unit=False, sign=True)
 
 
 def _p(x: float | None) -> str:
-    return "–" if x is None else f"{x * 100:.1f} %"
+    return NOT_MEASURED if x is None else f"{x * 100:.1f} %"

@@ -62,7 +62,7 @@ def tok_s(x: float | None) -> str:
 def seconds(s: float | None) -> str:
     if s is None:
         return NOT_MEASURED
-    return f"{s * 1000:.0f} ms" if s < 1 else f"{s:,.2f} s"
+    return units.ms(s * 1000, 0) if s < 1 else f"{s:,.2f} s"
 
 
 def axis(x: float) -> str:

@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from tracetool.errors import BadInput
 from tracetool.meta import new_meta, write_meta
 from tracetool.notices import say_once
-from tracetool.schema import INT_NULL, TABLES, table_file_name
+from tracetool.schema import EXTENSIONS, INT_NULL, TABLES, table_file_name
 from tracetool.writer.interner import Interner
 from tracetool.writer.sinks import PackedSink, RowSink, Sink
 from tracetool.writer.stream import StreamFile
@@ -131,7 +131,7 @@ class TraceWriter:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             for p in self.directory.iterdir():
-                if p.suffix in (".arrows", ".arrow", ".parquet") and p.is_file():
+                if p.suffix[1:] in EXTENSIONS and p.is_file():
                     p.unlink()
             write_meta(self.directory, self.meta)
         except OSError as e:

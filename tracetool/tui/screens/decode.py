@@ -13,6 +13,7 @@ from textual.widget import Widget
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
+from tracetool import units
 from tracetool.glyphs import NOT_MEASURED
 from tracetool.tui import fmt
 from tracetool.tui.model import View
@@ -138,15 +139,15 @@ def _fit_text(d: dict[str, Any]) -> Content:
     if fit:
         sign = "-" if (fit.get("per_1k_kv_ms") or 0) < 0 else "+"
         r2 = NOT_MEASURED if fit.get("r2") is None else f"{fit['r2']:.2f}"
-        parts += ["fit  ", (f"{fit['basis']} = {fmt.ms(fit['base_ms'], 2)} {sign} {abs(fit['per_1k_kv_ms']):.3f} ms "
-                            "per 1k kv_len", "bold"),
+        parts += ["fit  ", (f"{fit['basis']} = {fmt.ms(fit['base_ms'], 2)} {sign} "
+                            f"{units.ms(abs(fit['per_1k_kv_ms']), 3)} per 1k kv_len", "bold"),
                   (f"  r² {r2} · {fmt.count(fit.get('n'))} tokens · kv_len {fmt.count(fit.get('kv_len_min'))}"
                    f"–{fmt.count(fit.get('kv_len_max'))}", "$text-muted")]
     else:
         parts += [("no fit: fewer than 3 decode tokens carry kv_len, or kv_len does not vary", "$text-muted")]
     if roof:
         parts += ["\nroofline  ideal ", (f"{fmt.ms(roof.get('ideal_base_ms'), 2)} + "
-                                         f"{roof.get('ideal_per_1k_kv_ms') or 0:.3f} ms per 1k kv_len", "bold"),
+                                         f"{units.ms(roof.get('ideal_per_1k_kv_ms') or 0, 3)} per 1k kv_len", "bold"),
                   f" at batch {roof.get('batch_mean') or 1:,.1f} ({fmt.text(roof.get('model'))} on "
                   f"{roof.get('gpu_count')}× {fmt.text(roof.get('gpu'))})",
                   "\n          measured ", (fmt.ms(roof.get("measured_step_ms"), 2), "bold"), " vs ideal ",
