@@ -43,7 +43,7 @@ from tracetool.errors import UsageError
 from tracetool.otlp.decode import BadPayload, OtelSpan, decode_json, decode_protobuf
 from tracetool.otlp.http_server import HttpLimits, HttpServer, HttpStats, Request, Response
 from tracetool.otlp.sink import OtlpSink
-from tracetool.untrusted import LINE_LIMIT, echo, shown
+from tracetool.untrusted import LINE_LIMIT, clip, echo, shown
 
 #: The OTLP/HTTP path of traces (OTLP specification).
 TRACES_PATH = "/v1/traces"
@@ -131,16 +131,16 @@ class Receiver:
         path, method = request.path, request.method
         if path != TRACES_PATH:
             return self.refused(request, request.peer, 404,
-                                f"no such path {path!r:.80} (OTLP traces go to {TRACES_PATH})")
+                                f"no such path {clip(path, 80)!r} (OTLP traces go to {TRACES_PATH})")
         if method != "POST":
-            return self.refused(request, request.peer, 405, f"method {method!r:.20} (OTLP wants POST)")
+            return self.refused(request, request.peer, 405, f"method {clip(method, 20)!r} (OTLP wants POST)")
         ctype = _content_type(request)
         if ctype not in ("application/json", "application/x-protobuf"):
-            return self.refused(request, request.peer, 415, f"content type {ctype or 'missing'!r:.80}: OTLP/HTTP "
+            return self.refused(request, request.peer, 415, f"content type {clip(ctype or 'missing', 80)!r}: OTLP/HTTP "
                                 "sends application/x-protobuf or application/json")
         encoding = request.headers.get("content-encoding", "identity").strip().lower()
         if encoding not in ("", "identity", "gzip"):
-            return self.refused(request, request.peer, 415, f"content encoding {encoding!r:.40}: gzip or none")
+            return self.refused(request, request.peer, 415, f"content encoding {clip(encoding, 40)!r}: gzip or none")
         return None
 
     def body(self, request: Request, body: bytes) -> Response:
