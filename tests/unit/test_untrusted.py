@@ -129,3 +129,12 @@ def test_json_escaped_is_the_same_data_and_inert(doc: dict) -> None:  # type: ig
 
 def test_the_payload_of_the_output_tests_is_covered() -> None:
     assert RAW.search(shown(PAYLOAD)) is None and "pwned" in shown(PAYLOAD)
+
+
+def test_a_servers_stray_line_is_kept_cut_with_a_mark() -> None:
+    from tracetool.serving.sse import SSEParser
+
+    p = SSEParser()
+    line = "<html>" + "z" * 500
+    assert list(p.feed(line.encode() + b"\n")) == []
+    assert p.junk == line[:80] + cut_mark(len(line) - 80)
