@@ -6,6 +6,8 @@ Library code raises these (``raise BadInput(...) from e``); the CLI prints
 
 from __future__ import annotations
 
+from tracetool.untrusted import clip
+
 EXIT_OK = 0
 EXIT_THRESHOLD = 1
 EXIT_USAGE = 2
@@ -54,8 +56,8 @@ class ThresholdFailed(TracetoolError):
 
 
 def one_line(e: BaseException, limit: int = 300) -> str:
-    """An exception's message on one line, cut to ``limit`` characters (for a one-line stderr message)."""
-    return " ".join(str(e).split())[:limit]
+    """An exception's message on one line, cut after ``limit`` characters with a mark (for one stderr line)."""
+    return clip(" ".join(str(e).split()), limit)
 
 
 def _table_col(table: str | None, column: str | None) -> str | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from tracetool.errors import TraceFormatError
+from tracetool.errors import TraceFormatError, one_line
 from tracetool.schema import TABLES
 
 
@@ -44,7 +44,7 @@ def lazy_parquet(name: str, paths: Sequence[Path]) -> Any | None:
             md = pq.read_metadata(path)
             schema = md.schema.to_arrow_schema()
         except (pa.ArrowException, OSError) as e:
-            raise TraceFormatError(f"not a readable Parquet ({' '.join(str(e).split())[:200]})",
+            raise TraceFormatError(f"not a readable Parquet ({one_line(e, 200)})",
                                    path=str(path)) from e
         # the eager reader's type and presence rules, applied to no rows
         conformed = conform_table(schema.empty_table(), spec, str(path)).schema

@@ -46,7 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracetool import schema
-from tracetool.errors import BadInput
+from tracetool.errors import BadInput, one_line
 from tracetool.meta import write_meta
 from tracetool.otlp.join import align_request_ids
 from tracetool.reader import Trace, open_trace
@@ -213,7 +213,7 @@ def _both(name: str, c: pa.Table, s: pa.Table) -> tuple[pa.Table, str | None]:
     try:
         return pa.concat_tables([s, kept], promote_options="permissive"), why
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-        return s, lost(f"the two traces' columns do not agree ({' '.join(str(e).split())[:200]})", c.num_rows)
+        return s, lost(f"the two traces' columns do not agree ({one_line(e, 200)})", c.num_rows)
 
 
 def _client_meta(client: dict[str, Any], meta: dict[str, Any]) -> list[str]:

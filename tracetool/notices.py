@@ -2,7 +2,8 @@
 
 Collectors run inside other people's processes: they must tell the user when
 something degrades (a source is missing, the disk filled up) without flooding
-stderr or raising. Every notice also goes to the ``tracetool`` logger.
+stderr or raising. Every notice also goes to the ``tracetool`` logger, escaped as on stderr:
+a handler may write it to a terminal, and a notice quotes servers, devices and files.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from tracetool.untrusted import echo
+from tracetool.untrusted import echo, shown
 
 log = logging.getLogger("tracetool")
 _said: set[str] = set()
@@ -27,7 +28,7 @@ def say_once(key: str, message: str) -> bool:
             return False
         _said.add(key)
     try:
-        log.info(message)
+        log.info("%s", shown(message))
         echo(f"tracetool: {message}", err=True)  # messages quote servers, devices, files
     except Exception:  # a closed stderr must not break the host
         pass

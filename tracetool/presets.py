@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tracetool.errors import BadInput, UsageError
+from tracetool.errors import BadInput, UsageError, one_line
 from tracetool.meta import HF_MODEL_NAMES
 
 GB = 1e9
@@ -180,7 +180,7 @@ def model_preset(slug_or_path: str) -> ModelPreset:
         except (ValueError, KeyError, TypeError, ArithmeticError, RecursionError, OSError) as e:
             # the file is user input: any of these is "not usable", said in one line
             raise BadInput(f"{cfg}: not a usable Hugging Face config ({type(e).__name__}: "
-                           f"{' '.join(str(e).split())[:200]})") from e
+                           f"{one_line(e, 200)})") from e
     key = slug_or_path.lower().strip()
     key = MODEL_ALIASES.get(key, key)
     if key not in MODELS:

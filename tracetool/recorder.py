@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from tracetool.notices import say_once
 from tracetool.schema import INT_NULL
+from tracetool.untrusted import clip
 from tracetool.writer import PackedSink, TraceWriter
 
 NULL = INT_NULL
@@ -370,7 +371,7 @@ class RequestHandle:
             self._token_ctx = None
         if exc is not None and self.status is None:
             self.status = "error"
-            self.error = f"{type(exc).__name__}: {exc}"[:500]
+            self.error = clip(f"{type(exc).__name__}: {exc}", 500)
         self.finish()
 
     def finish(self) -> None:

@@ -59,6 +59,15 @@ def cut_mark(hidden: int) -> str:
     return f"…[+{hidden:,} char{'' if hidden == 1 else 's'}]"
 
 
+def clip(text: str, limit: int) -> str:
+    """``text`` cut after ``limit`` characters, with :func:`cut_mark` saying how many were left out.
+
+    For outside text that is kept or passed on rather than printed (an error stored in a trace, a
+    message quoted inside another): it stays exact, short of the cut, and a reader sees it was
+    cut. Escaping is :func:`shown`'s, where it is printed."""
+    return text if len(text) <= limit else text[:limit] + cut_mark(len(text) - limit)
+
+
 def shown(text: object, limit: int | None = TEXT_LIMIT, *, newlines: bool = False) -> str:
     """``text`` as it may be printed: every unsafe character (:data:`UNSAFE`) escaped, and cut
     after ``limit`` characters of output with :func:`cut_mark` (``None``: never cut).
@@ -119,5 +128,5 @@ def json_escaped(document: str) -> str:
 _JSON_WHITESPACE = frozenset("\n\r\t")
 
 
-__all__ = ["LINE_LIMIT", "NAME_LIMIT", "SAFE_TEXT", "TEXT_LIMIT", "UNSAFE", "cut_mark", "echo", "escape_char",
+__all__ = ["LINE_LIMIT", "NAME_LIMIT", "SAFE_TEXT", "TEXT_LIMIT", "UNSAFE", "clip", "cut_mark", "echo", "escape_char",
            "json_escaped", "shown"]

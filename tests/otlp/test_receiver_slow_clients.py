@@ -13,8 +13,12 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -29,6 +33,8 @@ from tests.otlp.slow_clients import (
     sockets,
     status_of,
 )
+from tests.waiting import wait_until
+from tracetool.otlp.receiver import GRPC_SERVICE
 from tracetool.reader import open_trace
 
 PROTO = {"content-type": "application/x-protobuf"}
@@ -146,3 +152,59 @@ def test_the_cli_takes_the_limits(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     receive = open_trace(tmp_path / "t").meta["receive"]
     assert receive["read_timeout_s"] == 2 and receive["max_connections"] == 7
+
+
+@contextmanager
+def stalled_grpc_calls(address: str, n: int) -> Iterator[list[Any]]:
+    """``n`` Export calls that send their headers and never their message (the request stream
+    blocks until the block ends); yields their futures."""
+    import grpc
+
+    stall = threading.Event()
+
+    def never() -> Iterator[bytes]:
+        stall.wait()
+        yield from ()
+
+    channels = [grpc.insecure_channel(address) for _ in range(n)]
+    try:
+        yield [ch.stream_unary(f"/{GRPC_SERVICE}/Export", request_serializer=None,
+                               response_deserializer=None).future(never()) for ch in channels]
+    finally:
+        stall.set()
+        for ch in channels:
+            ch.close()
+
+
+def test_a_grpc_call_whose_message_never_comes_is_ended_at_the_read_timeout(tmp_path: Path) -> None:
+    """Each stalled call held one of --max-connections' slots for good; at the deadline it gets
+    DEADLINE_EXCEEDED and one line, and a good Export is then taken."""
+    import grpc
+
+    from tests.otlp.test_receiver_bad_input import _good
+
+    with running_receiver(tmp_path / "t", max_connections=2, read_timeout_s=0.5) as r, \
+            stalled_grpc_calls(r.receiver.grpc_address or "", 2) as stalled:
+        wait_until(lambda: r.receiver.grpc_reading == 2, "the 2 calls waiting for their message")
+        for call in stalled:  # returns when the server ends the call
+            assert call.exception(timeout=SAFETY_S).code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert r.grpc_export(_good("after-stall")) == grpc.StatusCode.OK
+        lines = r.lines()
+    assert len(lines) == 2 and all("message not received within 0.5 s (gRPC DEADLINE_EXCEEDED)" in ln
+                                   for ln in lines), lines
+    assert "after-stall" in open_trace(tmp_path / "t").table("requests").column("request_id").to_pylist()
+
+
+def test_stopping_takes_the_grace_period_whatever_stalled_grpc_calls_do(tmp_path: Path) -> None:
+    with running_receiver(tmp_path / "t", read_timeout_s=120, shutdown_grace_s=1.0) as r, \
+            stalled_grpc_calls(r.receiver.grpc_address or "", 20) as stalled:
+        wait_until(lambda: r.receiver.grpc_reading == 20, "the 20 calls waiting for their message")
+        t0 = time.monotonic()
+        r.receiver.stop()
+        r.thread.join(SAFETY_S)
+        took = time.monotonic() - t0
+        assert not r.thread.is_alive() and took < 2.5, f"stopping took {took:.2f} s with stalled gRPC calls"
+        for call in stalled:
+            assert call.exception(timeout=SAFETY_S) is not None
+        assert r.lines() == [], "calls ended by the stop are not refusals"
+

@@ -9,8 +9,10 @@ with how much was left out, and the work does not grow with the input.
 from __future__ import annotations
 
 import json
+import logging
 import re
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -26,7 +28,7 @@ from tests.untrusted.evil import (
     OSC_TITLE,
     PAYLOAD,
 )
-from tracetool.untrusted import cut_mark, json_escaped, shown
+from tracetool.untrusted import clip, cut_mark, json_escaped, shown
 
 #: What must never come out raw (written out here, not taken from the module under test).
 RAW = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
@@ -63,6 +65,40 @@ def test_long_text_is_cut_with_a_mark_and_the_count() -> None:
     assert shown("abcdefgh\x1bxyz", 10) == "abcdefgh…[+4 chars]"
 
 
+def test_clip_cuts_kept_text_with_the_same_mark_and_leaves_it_exact() -> None:
+    assert clip("x" * 25, 10) == "x" * 10 + cut_mark(15)
+    assert clip("x" * 10, 10) == "x" * 10 and clip("", 10) == ""
+    assert clip(OSC_TITLE, 100) == OSC_TITLE  # kept exact: escaping is for where it is shown
+    assert clip(OSC_TITLE * 10, 12) == (OSC_TITLE * 10)[:12] + cut_mark(len(OSC_TITLE) * 10 - 12)
+
+
+def test_one_line_messages_and_kept_errors_are_cut_with_a_mark() -> None:
+    from tracetool.errors import one_line
+    from tracetool.serving.probe_http import _error_message
+    from tracetool.serving.probe_types import RequestResult
+
+    long = "why " * 2_000
+    assert one_line(ValueError(long), 300).endswith(cut_mark(len(long.strip()) - 300))
+    assert _error_message(json.dumps({"error": {"message": long}}).encode()).endswith(cut_mark(len(long) - 200))
+    assert _error_message(long.encode()).endswith(cut_mark(len(long.strip()) - 200))  # not JSON: the body
+    r = RequestResult(0, "r", 0)
+    r.fail(long)
+    assert r.error is not None and r.error.endswith(cut_mark(len(long) - 500))
+
+
+def test_a_notice_is_logged_escaped_as_it_is_printed(caplog: pytest.LogCaptureFixture,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from tracetool import notices
+
+    notices.reset()
+    with caplog.at_level(logging.INFO, logger="tracetool"):
+        assert notices.say_once("evil", f"server said {PAYLOAD}")
+    logged = [r.getMessage() for r in caplog.records if r.name == "tracetool"]
+    assert len(logged) == 1 and RAW.search(logged[0]) is None and "\\x1b]0;pwned" in logged[0], logged
+    assert f"tracetool: {logged[0]}" in capsys.readouterr().err  # the same text on both
+    notices.reset()
+
+
 def test_a_hundred_megabyte_note_costs_what_a_short_one_does() -> None:
     note = "n" * 100_000_000
     out = shown(note)
@@ -93,3 +129,12 @@ def test_json_escaped_is_the_same_data_and_inert(doc: dict) -> None:  # type: ig
 
 def test_the_payload_of_the_output_tests_is_covered() -> None:
     assert RAW.search(shown(PAYLOAD)) is None and "pwned" in shown(PAYLOAD)
+
+
+def test_a_servers_stray_line_is_kept_cut_with_a_mark() -> None:
+    from tracetool.serving.sse import SSEParser
+
+    p = SSEParser()
+    line = "<html>" + "z" * 500
+    assert list(p.feed(line.encode() + b"\n")) == []
+    assert p.junk == line[:80] + cut_mark(len(line) - 80)

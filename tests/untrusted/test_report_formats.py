@@ -96,12 +96,17 @@ def test_report_on_a_poisoned_trace_in_every_format(evil: Path, tmp_path: Path) 
     check_output(out.read_text(encoding="utf-8") + r.err, where="report -o")
 
 
-def test_the_html_page_is_inert(evil: Path, tmp_path: Path) -> None:
-    # the HTML page of a poisoned trace: no control character, bidi override or markup reaches it
+@pytest.mark.parametrize("command", ["report", "analyze", "diff"])
+def test_the_html_page_is_inert(command: str, evil: Path, evil_root: Path, tmp_path: Path) -> None:
+    # the HTML page of a poisoned trace (diff: a clean baseline against it): no control character,
+    # bidi override or markup reaches it, and the page can run and fetch nothing
     pytest.importorskip("matplotlib", reason="the html extra (matplotlib) is not installed")
     page = tmp_path / "page.html"
-    r = run_cli("report", evil, "--html", page, "--format", "json")
+    traces = (evil_root / "clean", evil) if command == "diff" else (evil,)
+    r = run_cli(command, *traces, "--html", page, *(("--format", "json") if command == "report" else ()))
     assert r.code == 0, r.err
+    check_output(r.out + r.err, where=f"{command} --html's lines", shows_payload=False)
     text = page.read_text(encoding="utf-8")
-    check_output(text, where="report --html")
+    check_output(text, where=f"{command} --html")
     assert "<img src=x" not in text and "&lt;img src=x" in text  # markup stays text
+    assert "content=\"default-src 'none'; style-src 'unsafe-inline'\"" in text and "<script" not in text

@@ -23,8 +23,9 @@ import click
 @click.option("--idle", "idle_s", type=click.FloatRange(0.1), default=10.0, show_default=True, metavar="S",
               help="Seconds a trace stays open for late spans before its stray spans are settled.")
 @click.option("--read-timeout", "read_timeout_s", type=click.FloatRange(0.1), default=10.0, show_default=True,
-              metavar="S", help="Seconds an OTLP/HTTP request's headers and body may take to arrive (HTTP 408 "
-                                "beyond; the OTLP exporters' own timeout is 10 s).")
+              metavar="S", help="Seconds an OTLP/HTTP request's headers and body, or an OTLP/gRPC call's "
+                                "message, may take to arrive (HTTP 408, gRPC DEADLINE_EXCEEDED beyond; the OTLP "
+                                "exporters' own timeout is 10 s).")
 @click.option("--max-connections", type=click.IntRange(1), default=128, show_default=True,
               help="OTLP/HTTP connections open at once (HTTP 503 beyond), and gRPC calls at once.")
 def receive(output: Path | None, force: bool, grpc_addr: str, http_addr: str, duration: float | None,
@@ -49,8 +50,10 @@ def receive(output: Path | None, force: bool, grpc_addr: str, http_addr: str, du
     `tracetool merge` joins on when the server kept its own request ids.
     Malformed payloads, wrong content types, oversized bodies and unknown
     attribute types get a 4xx and one line on stderr; the receiver goes on.
-    A request that does not arrive within --read-timeout gets 408, idle
-    connections close, and beyond --max-connections a client gets 503.
+    A request that does not arrive within --read-timeout gets 408 (a gRPC
+    call whose message does not, DEADLINE_EXCEEDED), idle connections
+    close, and beyond --max-connections a client gets 503 (gRPC:
+    RESOURCE_EXHAUSTED).
     Ctrl-C, SIGTERM or --duration stop it and close the trace (exit 0)
     within about a second, whatever the clients are doing.
     See docs/otlp.md.

@@ -41,6 +41,7 @@ from tracetool.importers.common import (
     timestamp_ns,
     type_name,
 )
+from tracetool.untrusted import clip
 
 WHAT = "a GenAI-Perf profile_export.json"
 
@@ -193,7 +194,7 @@ def _response(out: Any, kind: str | None) -> tuple[bool, int, dict[str, Any], st
         if not lines:
             continue
         if any(ln.startswith("event:") and "error" in ln for ln in lines):
-            error = f"SSE error event: {piece.strip()[:200]}"
+            error = f"SSE error event: {clip(piece.strip(), 200)}"
             continue
         payload = "".join(ln[5:].strip() if ln.startswith("data:") else ln for ln in lines
                           if not ln.startswith((":", "event:", "id:", "retry:")))
@@ -207,7 +208,7 @@ def _response(out: Any, kind: str | None) -> tuple[bool, int, dict[str, Any], st
         if not isinstance(data, dict):
             continue
         if data.get("error"):
-            error = f"error response: {json.dumps(data['error'])[:200]}"
+            error = f"error response: {clip(json.dumps(data['error']), 200)}"
         if isinstance(data.get("usage"), dict):
             usage.update({k: v for k, v in data["usage"].items() if k in ("completion_tokens", "prompt_tokens")
                           and v is not None})

@@ -31,6 +31,7 @@ import pyarrow.flight as flight
 
 from tracetool.live import quiet_grpc  # noqa: F401  (before any gRPC channel or server: no INFO lines on stderr)
 from tracetool.live.protocol import AUTH_HEADER, DEAD_AFTER_S, STREAMED, Address, read_meta, ticket
+from tracetool.untrusted import clip
 
 #: Connection states.
 CONNECTING, CONNECTED, DISCONNECTED, REFUSED, STOPPED = (
@@ -352,7 +353,7 @@ def _short(e: BaseException, refused: bool = False) -> str:
         return "stream cancelled"
     if "socket closed" in low or "connection reset" in low or "unavailable" in low:
         return "connection lost"
-    return text[:80]
+    return clip(text, 80)
 
 
 __all__ = ["CONNECTED", "CONNECTING", "DISCONNECTED", "REFUSED", "STOPPED", "ClientOptions",

@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from tracetool import __version__
-from tracetool.errors import UsageError
+from tracetool.errors import UsageError, one_line
 from tracetool.live import quiet_grpc  # noqa: F401  (before any gRPC channel or server: no INFO lines on stderr)
 from tracetool.live.config import LiveConfig
 from tracetool.live.protocol import (
@@ -403,7 +403,7 @@ def _quiet(fn: Callable[[], Any]) -> Callable[[], None]:
 
 
 def _line(e: BaseException) -> str:
-    return " ".join(str(e).split())[:200]
+    return one_line(e, 200)
 
 
 __all__ = ["LiveConfig", "LiveEndpoint"]

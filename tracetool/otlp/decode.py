@@ -32,9 +32,12 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
+from tracetool.errors import one_line
+from tracetool.untrusted import clip
+
 #: Largest int64: timestamps beyond it cannot be stored in the trace.
 MAX_NS = (1 << 63) - 1
-#: Span names and string attribute values are cut to this many characters.
+#: Span and event names, status messages and attribute keys are cut after this many characters (with a mark).
 MAX_NAME = 512
 #: Nesting accepted in array / kvlist attribute values (JSON); protobuf has its own limit.
 MAX_DEPTH = 32
@@ -127,8 +130,8 @@ def spans_of(msg: ExportTraceServiceRequest) -> list[OtelSpan]:
 
 # -- protobuf message -> records ---------------------------------------------------------------------
 def _span(sp: Any, service: str | None, scope: str | None) -> OtelSpan:
-    name = sp.name[:MAX_NAME]
-    where = f"span {name!r}"
+    name = clip(sp.name, MAX_NAME)
+    where = f"span {clip(sp.name, 80)!r}"
     trace_id = _id(sp.trace_id, 16, f"{where}: trace_id")
     span_id = _id(sp.span_id, 8, f"{where}: span_id")
     parent = _id(sp.parent_span_id, 8, f"{where}: parent_span_id") if sp.parent_span_id else None
@@ -141,11 +144,11 @@ def _span(sp: Any, service: str | None, scope: str | None) -> OtelSpan:
     for ev in sp.events:
         t = ev.time_unix_nano
         if not 0 < t <= MAX_NS:
-            raise BadPayload(f"{where}: event {ev.name[:80]!r} has no usable time")
-        events.append(OtelEvent(ev.name[:MAX_NAME], t, _attributes(ev.attributes, f"{where} event")))
+            raise BadPayload(f"{where}: event {clip(ev.name, 80)!r} has no usable time")
+        events.append(OtelEvent(clip(ev.name, MAX_NAME), t, _attributes(ev.attributes, f"{where} event")))
     return OtelSpan(trace_id, span_id, parent, name, _KINDS.get(sp.kind, "unspecified"), start, end,
                     _attributes(sp.attributes, where), events, _STATUS.get(sp.status.code, "unset"),
-                    sp.status.message[:MAX_NAME], service, scope)
+                    clip(sp.status.message, MAX_NAME), service, scope)
 
 
 def _id(raw: bytes, size: int, where: str) -> str:
@@ -158,7 +161,7 @@ def _attributes(kvs: Any, where: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for kv in kvs:
         assert isinstance(kv, KeyValue)
-        out[kv.key[:MAX_NAME]] = _value(kv.value, f"{where}: attribute {kv.key[:80]!r}")
+        out[clip(kv.key, MAX_NAME)] = _value(kv.value, f"{where}: attribute {clip(kv.key, 80)!r}")
     return out
 
 
@@ -197,7 +200,7 @@ def _prepare_json(obj: dict[str, Any]) -> None:
         for ss in _dicts(_get(rs, "scopeSpans", "scope_spans")):
             for sp in _dicts(ss.get("spans")):
                 name = sp.get("name")
-                where = f"span {str(name)[:80]!r}"
+                where = f"span {clip(str(name), 80)!r}"
                 for key in ("traceId", "trace_id", "spanId", "span_id", "parentSpanId", "parent_span_id"):
                     _hex_to_b64(sp, key, where)
                 _check_attributes(sp.get("attributes"), where)
@@ -234,7 +237,7 @@ def _hex_to_b64(d: dict[str, Any], key: str, where: str) -> None:
 
 def _check_attributes(kvs: Any, where: str, depth: int = 0) -> None:
     for kv in _dicts(kvs):
-        _check_value(kv.get("value"), f"{where}: attribute {str(kv.get('key'))[:80]!r}", depth)
+        _check_value(kv.get("value"), f"{where}: attribute {clip(str(kv.get('key')), 80)!r}", depth)
 
 
 def _check_value(v: Any, where: str, depth: int) -> None:
@@ -244,7 +247,7 @@ def _check_value(v: Any, where: str, depth: int) -> None:
         raise BadPayload(f"{where}: value nested deeper than {MAX_DEPTH} levels")
     unknown = sorted(set(v) - _ANY_KEYS)
     if unknown:
-        raise BadPayload(f"{where} has a value of an unknown type {unknown[0][:40]!r}")
+        raise BadPayload(f"{where} has a value of an unknown type {clip(unknown[0], 40)!r}")
     arr = _get(v, "arrayValue", "array_value")
     if isinstance(arr, dict) and isinstance(arr.get("values"), list):
         for x in arr["values"]:
@@ -255,4 +258,4 @@ def _check_value(v: Any, where: str, depth: int) -> None:
 
 
 def _line(e: BaseException) -> str:
-    return " ".join(str(e).split())[:200] or type(e).__name__
+    return one_line(e, 200) or type(e).__name__

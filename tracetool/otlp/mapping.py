@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracetool.otlp.decode import MAX_NS, OtelSpan
+from tracetool.untrusted import clip
 
 #: Name prefix of spans kept as they came (not read as a phase).
 KEPT_PREFIX = "otlp:"
@@ -268,7 +269,7 @@ def _seconds(a: Mapping[str, Any], key: str, rows: Rows) -> int | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= MAX_SECONDS:
-        rows.unusable.append(f"{key}={v!r:.40}")
+        rows.unusable.append(f"{key}={clip(repr(v), 40)}")
         return None
     return round(v * 1e9)
 
@@ -283,11 +284,11 @@ def _usage(a: Mapping[str, Any], info: dict[str, Any], rows: Rows) -> None:
             if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 31:
                 info[col] = v
                 break
-            rows.unusable.append(f"{k}={v!r:.40}")
+            rows.unusable.append(f"{k}={clip(repr(v), 40)}")
 
 
 def _str(v: Any) -> str | None:
     if v is None or isinstance(v, (dict, list)):
         return None
     s = str(v).strip()
-    return s[:256] or None
+    return clip(s, 256) or None

@@ -9,7 +9,9 @@ optionally gzip). Each accepted payload goes to the
 The senders are servers tracetool does not control: over HTTP a request's headers and body
 must arrive within ``read_timeout_s`` (408 otherwise), idle connections close, at most
 ``max_connections`` are open (503 beyond), and a body over the limit gets a 413 the client can
-read; gRPC takes at most ``max_connections`` calls at once.
+read; over gRPC a call's message must arrive within ``read_timeout_s`` too (DEADLINE_EXCEEDED
+otherwise), connections with no call close after ``keep_alive_s``, and at most
+``max_connections`` calls run at once (RESOURCE_EXHAUSTED beyond).
 
 Bad input never stops the receiver and never touches what was received
 before it: a malformed payload, an unknown attribute type, a wrong content
@@ -43,7 +45,7 @@ from tracetool.errors import UsageError
 from tracetool.otlp.decode import BadPayload, OtelSpan, decode_json, decode_protobuf
 from tracetool.otlp.http_server import HttpLimits, HttpServer, HttpStats, Request, Response
 from tracetool.otlp.sink import OtlpSink
-from tracetool.untrusted import LINE_LIMIT, echo, shown
+from tracetool.untrusted import LINE_LIMIT, clip, echo, shown
 
 #: The OTLP/HTTP path of traces (OTLP specification).
 TRACES_PATH = "/v1/traces"
@@ -63,11 +65,12 @@ class ReceiveConfig:
     max_body_bytes: int = 16 << 20
     idle_s: float = 10.0
     force: bool = False
-    #: A request's headers and body arrive within this of its first byte (HTTP 408 otherwise).
+    #: A request's headers and body arrive within this of its first byte (HTTP 408 otherwise), and
+    #: a gRPC call's message within this of the call's start (DEADLINE_EXCEEDED otherwise).
     read_timeout_s: float = 10.0
     #: HTTP connections open at once (503 beyond), and gRPC calls at once.
     max_connections: int = 128
-    #: A kept-alive HTTP connection with no request closes after this.
+    #: A kept-alive HTTP connection with no request, or a gRPC connection with no call, closes after this.
     keep_alive_s: float = 60.0
     #: On stop, how long requests in flight may take to finish.
     shutdown_grace_s: float = 1.0
@@ -102,6 +105,8 @@ class Receiver:
         self.sink = sink
         self.err = err or sys.stderr
         self.refusals = 0
+        #: gRPC calls begun whose message has not arrived yet (each holds one of max_connections)
+        self.grpc_reading = 0
         self.grpc_address: str | None = None
         self.http_address: str | None = None
         self._stop: asyncio.Event | None = None
@@ -131,16 +136,16 @@ class Receiver:
         path, method = request.path, request.method
         if path != TRACES_PATH:
             return self.refused(request, request.peer, 404,
-                                f"no such path {path!r:.80} (OTLP traces go to {TRACES_PATH})")
+                                f"no such path {clip(path, 80)!r} (OTLP traces go to {TRACES_PATH})")
         if method != "POST":
-            return self.refused(request, request.peer, 405, f"method {method!r:.20} (OTLP wants POST)")
+            return self.refused(request, request.peer, 405, f"method {clip(method, 20)!r} (OTLP wants POST)")
         ctype = _content_type(request)
         if ctype not in ("application/json", "application/x-protobuf"):
-            return self.refused(request, request.peer, 415, f"content type {ctype or 'missing'!r:.80}: OTLP/HTTP "
+            return self.refused(request, request.peer, 415, f"content type {clip(ctype or 'missing', 80)!r}: OTLP/HTTP "
                                 "sends application/x-protobuf or application/json")
         encoding = request.headers.get("content-encoding", "identity").strip().lower()
         if encoding not in ("", "identity", "gzip"):
-            return self.refused(request, request.peer, 415, f"content encoding {encoding!r:.40}: gzip or none")
+            return self.refused(request, request.peer, 415, f"content encoding {clip(encoding, 40)!r}: gzip or none")
         return None
 
     def body(self, request: Request, body: bytes) -> Response:
@@ -185,8 +190,9 @@ class Receiver:
     def _grpc_handler(self) -> Any:
         import grpc
 
-        async def export(data: bytes, context: Any) -> bytes:
+        async def export(requests: Any, context: Any) -> bytes:
             peer = (context.peer() or "").removeprefix("ipv4:").removeprefix("ipv6:")
+            data = await self._grpc_message(context, peer)
             if len(data) > self.cfg.max_body_bytes:
                 reason = f"message of {len(data):,} bytes over the limit of {self.cfg.max_body_bytes:,}"
                 self._refuse(peer, reason, "gRPC RESOURCE_EXHAUSTED")
@@ -203,11 +209,40 @@ class Receiver:
                 await context.abort(grpc.StatusCode.INTERNAL, "internal error")
             return b""  # an empty ExportTraceServiceResponse: everything accepted
 
-        # raw bytes in (no deserializer): the size check and the decoding are tracetool's, so a bad
-        # message gets the same one-line answer as over HTTP
-        method = grpc.unary_unary_rpc_method_handler(export, request_deserializer=None,
-                                                     response_serializer=None)
+        # A request stream, though Export is unary: grpc.aio reads a unary request before calling
+        # its handler, with no deadline of its own, so a call that sends its headers and never its
+        # message would hold one of max_connections' slots for good. Streamed, the handler runs at
+        # the headers and reads the one message itself, within read_timeout_s (as HTTP reads a
+        # body). The wire format is the same: clients call it as the unary method it is.
+        # Raw bytes in (no deserializer): the size check and the decoding are tracetool's, so a bad
+        # message gets the same one-line answer as over HTTP.
+        method = grpc.stream_unary_rpc_method_handler(export, request_deserializer=None,
+                                                      response_serializer=None)
         return grpc.method_handlers_generic_handler(GRPC_SERVICE, {"Export": method})
+
+    async def _grpc_message(self, context: Any, peer: str) -> bytes:
+        """The call's one message, read within ``read_timeout_s`` of the call's start (aborts the
+        call with DEADLINE_EXCEEDED, or INVALID_ARGUMENT when the stream ends with none)."""
+        import grpc
+
+        self.grpc_reading += 1
+        try:
+            data = await asyncio.wait_for(context.read(), self.cfg.read_timeout_s)
+        except asyncio.TimeoutError:
+            data = None
+        finally:
+            self.grpc_reading -= 1
+        if data is None:
+            reason = f"message not received within {self.cfg.read_timeout_s:g} s"
+            self._refuse(peer, reason, "gRPC DEADLINE_EXCEEDED")
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, reason)
+        if data is grpc.aio.EOF or not isinstance(data, bytes):
+            if context.cancelled() or (self._stop is not None and self._stop.is_set()):
+                # the client hung up, or the stop ended the call: not a refusal (as over HTTP)
+                await context.abort(grpc.StatusCode.CANCELLED, "call ended before its message")
+            self._refuse(peer, "the call ended without a message", "gRPC INVALID_ARGUMENT")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no ExportTraceServiceRequest")
+        return data
 
     async def _start_grpc(self) -> Any:
         # gRPC core logs failed handshakes and binds straight to fd 2 unless told not to, before it
@@ -218,9 +253,13 @@ class Receiver:
         assert self.cfg.grpc is not None
         host, port = parse_hostport(self.cfg.grpc, "--otlp-grpc")
         cap = 2 * self.cfg.max_body_bytes
+        # a connection with no call in flight for keep_alive_s is sent GOAWAY and closed, as an idle
+        # HTTP connection is; a call in flight is bounded by read_timeout_s (its message) and
+        # shutdown_grace_s (stopping), a connection's count of calls by maximum_concurrent_rpcs
         server = grpc.aio.server(maximum_concurrent_rpcs=self.cfg.max_connections,
                                  options=[("grpc.max_receive_message_length", cap),
                                           ("grpc.max_send_message_length", 1 << 20),
+                                          ("grpc.max_connection_idle_ms", round(self.cfg.keep_alive_s * 1000)),
                                           ("grpc.so_reuseport", 0)])
         server.add_generic_rpc_handlers((self._grpc_handler(),))
         try:

@@ -35,6 +35,7 @@ from typing import Any
 from tracetool.notices import say_once
 from tracetool.recorder import NULL, Recorder, RequestHandle, now_ns
 from tracetool.serving.batch import KVBatch, batchable
+from tracetool.untrusted import clip
 
 Event = tuple[Any, ...]
 
@@ -224,7 +225,7 @@ class Engine:
 
     def _fail(self, r: GenRequest, e: Exception) -> None:
         self.recorder.error("engine", e)
-        _safe_emit(r, ("error", f"generation failed: {type(e).__name__}: {e}"[:300]))
+        _safe_emit(r, ("error", clip(f"generation failed: {type(e).__name__}: {e}", 300)))
 
     def _join(self, r: GenRequest) -> None:
         """A prefilled request joins the decode batch (or the one-at-a-time list)."""

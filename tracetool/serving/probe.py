@@ -58,6 +58,7 @@ from tracetool.serving.schedule import (
 from tracetool.serving.sse import MalformedStream, SSEParser, parse_server_timing
 from tracetool.serving.tokens import load_tokenizer
 from tracetool.serving.workloads import Job, Turn, build_jobs, prompt_text
+from tracetool.untrusted import clip
 
 #: Most of an error body or model list read: enough for any message, bounded against endless bodies.
 MAX_BODY_BYTES = 1 << 20
@@ -381,7 +382,7 @@ class Prober:
         async with httpx.AsyncClient(limits=one, **self._client_args) as client:
             await self._request(client, fresh, prompt, model)
         if fresh.error is not None:
-            fresh.error = (fresh.error + " (sent again on a new connection)")[:500]
+            fresh.error = clip(fresh.error + " (sent again on a new connection)", 500)
         r.become(fresh)
 
     async def _again(self, client: Any, r: RequestResult, prompt: Turn, model: str) -> None:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracetool.serving import server_timings
 from tracetool.serving.sse import MalformedStream
+from tracetool.untrusted import clip
 
 if TYPE_CHECKING:
     from tracetool.serving.probe_types import RequestResult
@@ -44,23 +45,23 @@ def on_event(r: RequestResult, data: str, t: int) -> None:
     try:
         obj = json.loads(data)
     except (ValueError, RecursionError):
-        raise MalformedStream(f"event is not JSON: {data[:80]!r}") from None
+        raise MalformedStream(f"event is not JSON: {clip(data, 80)!r}") from None
     if not isinstance(obj, dict):
-        raise MalformedStream(f"event is not a JSON object: {data[:80]!r}")
+        raise MalformedStream(f"event is not a JSON object: {clip(data, 80)!r}")
     if obj.get("error") is not None:
         err = obj["error"]
         msg = err.get("message") if isinstance(err, dict) else err
-        r.fail(f"server error in stream: {' '.join(str(msg).split())[:200]}")
+        r.fail(f"server error in stream: {clip(' '.join(str(msg).split()), 200)}")
         return
     r.last_chunk_ns = t
     choices = obj.get("choices")
     if choices is not None:
         if not isinstance(choices, list):
-            raise MalformedStream(f"'choices' is not a list: {data[:80]!r}")
+            raise MalformedStream(f"'choices' is not a list: {clip(data, 80)!r}")
         if choices:
             c0 = choices[0]
             if not isinstance(c0, dict):
-                raise MalformedStream(f"choice is not an object: {data[:80]!r}")
+                raise MalformedStream(f"choice is not an object: {clip(data, 80)!r}")
             kind = _content_kind(c0)
             if kind is not None:
                 r.token_ns.append(t)
@@ -70,7 +71,7 @@ def on_event(r: RequestResult, data: str, t: int) -> None:
                 if kind == "reasoning":
                     r.reasoning_chunks += 1
             if c0.get("finish_reason"):
-                r.finish_reason = str(c0["finish_reason"])[:40]
+                r.finish_reason = clip(str(c0["finish_reason"]), 40)
     usage = obj.get("usage")
     if isinstance(usage, dict):
         if (n := server_timings.count(usage.get("completion_tokens"))) is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from tracetool.untrusted import clip
+
 if TYPE_CHECKING:
     from tracetool.serving.probe_types import RequestResult
 
@@ -33,9 +35,9 @@ def _error_message(raw: bytes) -> str:
         obj = json.loads(raw)
         err = obj.get("error", obj) if isinstance(obj, dict) else obj
         msg = err.get("message") if isinstance(err, dict) else err
-        return str(msg)[:200] if msg else raw[:200].decode("utf-8", "replace")
+        return clip(str(msg), 200) if msg else clip(raw.decode("utf-8", "replace"), 200)
     except (ValueError, RecursionError):
-        return " ".join(raw[:200].decode("utf-8", "replace").split()) or "(empty body)"
+        return clip(" ".join(raw.decode("utf-8", "replace").split()), 200) or "(empty body)"
 
 
 def _one_line(e: BaseException) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tracetool.serving.workloads import WorkloadSpec
+from tracetool.untrusted import clip
 
 if TYPE_CHECKING:  # the event loop's module and numpy's, kept off the command line's start-up
     from tracetool.serving.metrics import Timing
@@ -112,7 +113,7 @@ class RequestResult:
 
     def fail(self, message: str) -> None:
         if self.error is None:
-            self.error = message[:500]
+            self.error = clip(message, 500)
 
     @property
     def counted_output_tokens(self) -> int | None:

@@ -16,6 +16,8 @@ import math
 import re
 from collections.abc import Iterator
 
+from tracetool.untrusted import clip
+
 #: Longest line accepted: a server streaming megabytes without a newline is broken.
 MAX_LINE_BYTES = 8 << 20
 
@@ -101,7 +103,7 @@ class SSEParser:
         if name == "data":
             self._data.append(value)
         elif name not in ("event", "id", "retry") and self.junk is None:
-            self.junk = line[:80]
+            self.junk = clip(line, 80)
         return None
 
 

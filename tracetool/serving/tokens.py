@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tracetool.errors import BadInput
+from tracetool.errors import BadInput, one_line
 
 #: Characters per token of English text in BPE tokenizers: the approximation without --tokenizer.
 CHARS_PER_TOKEN = 4.0
@@ -32,7 +32,7 @@ class Tokenizer:
         try:
             self._tok: Any = tokenizers.Tokenizer.from_file(str(file))
         except Exception as e:  # the library raises its own Exception subclass for a malformed file
-            raise BadInput(f"{file}: not a tokenizer.json ({' '.join(str(e).split())[:200]})") from e
+            raise BadInput(f"{file}: not a tokenizer.json ({one_line(e, 200)})") from e
         self.label = f"tokenizer {p}"
         self.exact = True
 

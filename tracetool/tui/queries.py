@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracetool.tui.model import View
+from tracetool.untrusted import clip
 
 #: Bins of the ITL-over-index line and the kv_len axis of the density plot.
 INDEX_BINS = 240
@@ -366,7 +367,7 @@ def object_names(view: View) -> list[str]:
 def _one_line(e: BaseException) -> str:
     """DuckDB's message without its ``LINE 1: ...`` excerpt, on one line."""
     text = " ".join(str(e).split())
-    return text.split(" LINE ", 1)[0][:400]
+    return clip(text.split(" LINE ", 1)[0], 400)
 
 
 __all__ = ["GPU_METRICS", "REQUEST_LIMIT", "REQUEST_SORTS", "ConsoleRefused", "ConsoleResult", "DecodeData",
