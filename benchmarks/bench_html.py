@@ -68,12 +68,12 @@ def main() -> None:
             figures.append(Figure("page of a 1,000,000-token trace: size", round(size / 1e6, 2), "MB",
                                   target="under a few MB", met=size < 5e6))
         else:
-            figures.append(Figure("page of a 10,000,000-token trace: time on top of the analysis (median)",
+            figures.append(Figure("page of a 10,000,000-token trace: time on top of the analysis (median; the "
+                                  f"analysis alone took {statistics.median(analysis):.2f} s)",
                                   round(statistics.median(page), 2), "s", interval=(round(min(page), 2),
                                                                                      round(max(page), 2)),
                                   interval_is=f"min-max of {args.runs} runs", target="< 10 s",
                                   met=max(page) < 10))
-            figures.append(Figure("its analysis alone (median)", round(statistics.median(analysis), 2), "s"))
             page_file = str(trace.with_suffix(".html"))
             for what, argv in (("analyze --html", ["analyze", str(trace), "--html", page_file]),
                                ("report --html", ["report", str(trace), "--html", page_file, "-o",
@@ -84,7 +84,7 @@ def main() -> None:
                 whole = time.perf_counter() - t
                 print(f"10M: tracetool {what}, the whole command: {whole:.2f} s")
                 figures.append(Figure(f"tracetool {what} of 10,000,000 tokens, the whole command",
-                                      round(whole, 2), "s"))
+                                      round(whole, 2), "s", target="< 10 s", met=whole < 10))
     write("bench_html", figures, note="page = analysis_page + write; the analysis is timed apart "
                                       "(bench_analyze has it on its own)")
 
