@@ -25,7 +25,7 @@ from analyzers.engine import engine_json, fill_components
 from analyzers.options import AnalysisOptions
 from analyzers.params import ClaimSpec, RooflineInputs, Thresholds
 from analyzers.tail import tail_json
-from tracetool.errors import BadInput, UsageError
+from tracetool.errors import BadInput, UsageError, one_line
 from tracetool.reader import Trace
 from tracetool.schema import COMPONENTS
 from tracetool.slo import SLO
@@ -345,7 +345,7 @@ def _said(traces: list[Trace]) -> Iterator[None]:
     try:
         yield
     except duckdb.Error as e:
-        raise BadInput(f"{named(t.path for t in traces)}: cannot analyse ({_line(e)})") from e
+        raise BadInput(f"{named(t.path for t in traces)}: cannot analyse ({one_line(e)})") from e
 
 
 def _collect(con: duckdb.DuckDBPyConnection, traces: list[Trace], roof: list[RooflineInputs], th: Thresholds,
@@ -432,10 +432,6 @@ def _roofline(row: dict[str, Any]) -> dict[str, Any] | None:
 
 def _clean(row: dict[str, Any]) -> dict[str, Any]:
     return {k: (_num(v) if isinstance(v, float) else v) for k, v in row.items()}
-
-
-def _line(e: BaseException) -> str:
-    return " ".join(str(e).split())[:300]
 
 
 __all__ = ["FORMAT", "TABLES", "VERSION", "Analysis", "analyze", "labels_for", "named"]

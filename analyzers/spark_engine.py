@@ -27,7 +27,7 @@ from analyzers.analysis import TABLES, Analysis, input_warnings, named
 from analyzers.connection import _hardware_rows, _traces_rows
 from analyzers.modules import all_modules
 from analyzers.params import ClaimSpec, RooflineInputs, Thresholds
-from tracetool.errors import BadInput, UsageError
+from tracetool.errors import BadInput, UsageError, one_line
 from tracetool.reader import Trace
 from tracetool.schema import TABLES as TRACE_TABLES
 
@@ -157,7 +157,7 @@ def run(spark: Any, traces: Sequence[Trace], labels: Sequence[str], roof: Sequen
     except Exception as e:  # pyspark's errors (Py4J, AnalysisException) share no base class
         if isinstance(e, (BadInput, UsageError)):
             raise
-        first = " ".join(str(e).split())[:300]
+        first = one_line(e)
         raise BadInput(f"{named(t.path for t in traces)}: Spark cannot analyse ({first}; at {step!r})") from e
     if tables["attribution_requests"].num_rows == 0:
         raise BadInput(f"{named(t.path for t in traces)}: no requests to analyse")

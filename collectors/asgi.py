@@ -55,6 +55,7 @@ from typing import Any
 
 from tracetool.recorder import Recorder, RequestHandle, now_ns
 from tracetool.schema import PHASES
+from tracetool.untrusted import clip
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -309,7 +310,7 @@ class _Exchange:
         h = self.handle
         if h.status is None:
             h.status = "error"
-            h.error = f"{type(exc).__name__}: {exc}"[:500]
+            h.error = clip(f"{type(exc).__name__}: {exc}", 500)
 
     def end(self) -> None:
         try:

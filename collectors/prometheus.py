@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracetool.errors import one_line
 from tracetool.untrusted import echo
 
 #: Largest /metrics body read (vLLM's is ~100 kB; a bigger one is not an engine's metrics page).
@@ -389,7 +390,7 @@ class MetricsScraper:
 
 
 def _line(e: BaseException) -> str:
-    return " ".join(str(e).split())[:200]
+    return one_line(e, 200)
 
 
 def recorder_emit(recorder: Any) -> Callable[[list[Row]], None]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from collectors.torch_hooks import Step, handle_of, instrument
 from tracetool.recorder import Recorder, current_request, now_ns
+from tracetool.untrusted import clip
 
 _local = threading.local()
 #: The recorder :func:`collectors.hf.autopatch` traces every generate and tokenizer call into.
@@ -375,7 +376,7 @@ def _record(tr: _Tracker, th: dict[str, Any], hooks: Any, model: Any, args: tupl
         o.end_ns = end
         o.prompt_tokens, o.output_tokens = prompt[r], len(toks)
         if err is not None:
-            o.status, o.error = "error", f"{type(err).__name__}: {err}"[:500]
+            o.status, o.error = "error", clip(f"{type(err).__name__}: {err}", 500)
         if not o.owned:
             cur = current_request()
             if cur is not None and cur.request_id == o.request_id:
