@@ -74,6 +74,21 @@ def test_the_headline_writes_changes_with_the_one_ms_formatter() -> None:
     assert small.endswith("all in queue (+4.50 ms per request)")
 
 
+def test_the_headline_says_when_another_component_moved_the_other_way() -> None:
+    """Decode 2.29 s faster and queue 2.03 s slower: the signed sum is -0.3 s, and 'all in decode' (its
+    share of that sum, 7.7) hid the queue. Shares are of the movement, and the offset is named."""
+    from tracetool.report.diff import headline
+
+    lat = [{"metric": "ttft", "stat": "p95", "delta_pct": 2374.0, "significant": True}]
+    comps = [{"component": "queue", "delta_ms": 2027.98}, {"component": "decode", "delta_ms": -2289.15},
+             {"component": "prefill", "delta_ms": -17.5}, {"component": "network", "delta_ms": None}]
+    said = headline({"latency": lat, "components": comps, "top": "decode"})
+    assert said == ("+2374 % p95 TTFT, mostly in decode (-2.29 s per request), offset by queue (+2.03 s)")
+    comps[0]["delta_ms"] = 200.0  # a small offset is not named
+    assert headline({"latency": lat, "components": comps, "top": "decode"}).endswith(
+        "all in decode (-2.29 s per request)")
+
+
 def test_the_tui_opens_a_diff(pair: tuple[Path, Path]) -> None:
     doc = diff(*pair)
 

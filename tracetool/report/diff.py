@@ -170,10 +170,18 @@ def headline(doc: dict[str, Any]) -> str:
     top = next((c for c in doc["components"] if c["component"] == doc["top"]), None)
     if top is None:
         return said + "; where it went is not measured in both traces" + in_tail
-    total = sum(c["delta_ms"] for c in doc["components"] if c["delta_ms"] is not None)
-    part = top["delta_ms"] / total if total else 0.0
+    # shares of the movement (each component's change, whatever its sign): with changes of both signs the
+    # signed sum can be near zero, and a share of it said "all in" of a component that another offset
+    moved = [c for c in doc["components"] if c["delta_ms"] is not None]
+    total = sum(abs(c["delta_ms"]) for c in moved)
+    part = abs(top["delta_ms"]) / total if total else 0.0
     where = ("all in" if part >= ALL_IN else "mostly in" if part >= MOSTLY_IN else "most in") + f" {top['component']}"
-    return f"{said}, {where} ({units.ms(top['delta_ms'], sign=True)} per request){in_tail}"
+    offset = max((c for c in moved if c["delta_ms"] * top["delta_ms"] < 0), key=lambda c: abs(c["delta_ms"]),
+                 default=None)
+    by = ""
+    if offset is not None and abs(offset["delta_ms"]) >= (1 - ALL_IN) * total:
+        by = f", offset by {offset['component']} ({units.ms(offset['delta_ms'], sign=True)})"
+    return f"{said}, {where} ({units.ms(top['delta_ms'], sign=True)} per request){by}{in_tail}"
 
 
 def _r(x: float | None, d: int) -> float | None:
