@@ -24,6 +24,11 @@ def fixed(x: float, digits: int, sign: bool = False) -> str:
     return f"{d:+}" if sign else str(d)
 
 
+def number(x: float | None, digits: int = 0) -> str:
+    """A count or a rate with thousands separators (``1,204``, ``35.07``); ``NOT_MEASURED`` for None."""
+    return NOT_MEASURED if x is None else f"{x:,.{digits}f}"
+
+
 def ms(x: float | None, digits: int | None = None, *, unit: bool = True, sign: bool = False,
        micro: bool = False) -> str:
     """Milliseconds for people; ``NOT_MEASURED`` for None or NaN.

@@ -168,6 +168,7 @@ def test_a_sweep_directory_reports_its_levels_from_its_summary(cli, tmp_path: Pa
     ``sweep.json`` (levels, throughput, percentiles, goodput, SLO met, the best level), not one
     analysis of every level's requests pooled under the label ``all``; its JSON carries the summary."""
     from tests.conftest import REPO
+    from tracetool import units
     from tracetool.report import fmt
 
     sweep = tmp_path / "sweep"
@@ -196,10 +197,10 @@ def test_a_sweep_directory_reports_its_levels_from_its_summary(cli, tmp_path: Pa
     assert per_level[0] == ["rate", "ok", "req/s", "tok/s", "TTFT p50", "TTFT p99", "ITL p50", "e2e p50", "e2e p99",
                             "goodput req/s", "SLO met", "bottleneck"]
     assert per_level[1:] == [
-        [f"{lv['level']:g}", f"{lv['ok']}/{lv['requests']}", fmt.rate(lv["request_throughput"], 2),
-         fmt.rate(lv["output_token_throughput"], 1), fmt.ms(lv["ttft_ms"]["p50"]), fmt.ms(lv["ttft_ms"]["p99"]),
+        [f"{lv['level']:g}", f"{lv['ok']}/{lv['requests']}", units.number(lv["request_throughput"], 2),
+         units.number(lv["output_token_throughput"], 1), fmt.ms(lv["ttft_ms"]["p50"]), fmt.ms(lv["ttft_ms"]["p99"]),
          fmt.ms(lv["itl_ms"]["p50"]), fmt.ms(lv["e2e_ms"]["p50"]), fmt.ms(lv["e2e_ms"]["p99"]),
-         fmt.rate(lv["slo"]["goodput_rps"], 2), fmt.share(lv["slo"]["attainment"]), "decode"] for lv in levels]
+         units.number(lv["slo"]["goodput_rps"], 2), fmt.share(lv["slo"]["attainment"]), "decode"] for lv in levels]
     assert per_level[2][3] == "2,620.5" and per_level[2][7] == "4.21 s" and per_level[2][10] == "50.0 %"
     assert "SLOs e2e_ms ≤ 4000: the highest rate that meets them is 2." in md
     assert "Where the time moved: decode share 96 % at 2, 96 % at 8; decode stays the bottleneck." in md

@@ -25,11 +25,6 @@ def pct(x: float | None, sign: bool = True) -> str:
     return f"{fixed(x, 1, sign)} %"
 
 
-def rate(x: float | None, digits: int = 1) -> str:
-    """A rate or a count per second with thousands separators: ``35.07``, ``1,204``."""
-    return NOT_MEASURED if x is None else f"{x:,.{digits}f}"
-
-
 def share(x: float | None) -> str:
     """A fraction shown as a percentage: ``23.4 %``."""
     return NOT_MEASURED if x is None else f"{fixed(x * 100, 1)} %"
@@ -51,4 +46,4 @@ def rnd(x: Any, digits: int) -> float | None:
     return 0.0 if r == 0 else r  # no "-0.0"
 
 
-__all__ = ["METRIC_NAMES", "fixed", "limit_ms", "ms", "pct", "rate", "rnd", "share", "stat_name"]
+__all__ = ["METRIC_NAMES", "fixed", "limit_ms", "ms", "pct", "rnd", "share", "stat_name"]

@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from tracetool import units
 from tracetool.glyphs import NOT_MEASURED
 from tracetool.report import fmt
 from tracetool.untrusted import NAME_LIMIT, TEXT_LIMIT, shown
@@ -143,10 +144,10 @@ def sweep_row(i: int, lv: dict[str, Any], num: Callable[..., str] = _plain,
     s = lv.get("slo") or {}
     return [num(f"{lv['level']:g}", f"{k}.level"),
             f"{num(str(lv['ok']), f'{k}.ok')}/{num(str(lv['requests']), f'{k}.requests')}",
-            num(fmt.rate(lv["request_throughput"], 2), f"{k}.request_throughput"),
-            num(fmt.rate(lv["output_token_throughput"], 1), f"{k}.output_token_throughput"),
+            num(units.number(lv["request_throughput"], 2), f"{k}.request_throughput"),
+            num(units.number(lv["output_token_throughput"], 1), f"{k}.output_token_throughput"),
             *(num(fmt.ms(lv[m][q]), f"{k}.{m}.{q}") for m, q in SWEEP_LATENCY),
-            num(fmt.rate(s.get("goodput_rps"), 2), f"{k}.slo.goodput_rps") if s else NOT_MEASURED,
+            num(units.number(s.get("goodput_rps"), 2), f"{k}.slo.goodput_rps") if s else NOT_MEASURED,
             num(fmt.share(s.get("attainment")), f"{k}.slo.attainment", 100) if s else NOT_MEASURED,
             text(lv.get("bottleneck") or NOT_MEASURED)]
 

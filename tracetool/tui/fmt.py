@@ -45,8 +45,8 @@ def pct(share: float | None) -> str:
     return f"{p:.1g} %" if abs(p) >= 0.001 else "<0.001 %"
 
 
-def num(x: float | None, digits: int = 0) -> str:
-    return NOT_MEASURED if x is None else f"{x:,.{digits}f}"
+#: A count or a rate (:func:`tracetool.units.number`, the reports' too).
+num = units.number
 
 
 def count(n: int | None) -> str:

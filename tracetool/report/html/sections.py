@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tracetool import units
 from tracetool.glyphs import NOT_MEASURED, bucketed_percentiles
 from tracetool.report import fmt
 from tracetool.report.html import data, plots
@@ -28,7 +29,6 @@ def n(text: str, key: str | None, scale: float = 1) -> str:
     return html
 
 
-rate = fmt.rate
 
 
 # -- 1. verdict -------------------------------------------------------------------------------
@@ -166,9 +166,9 @@ def decode(a: Any, doc: dict[str, Any], tokens: data.TokenMaterial) -> Section:
 
 
 def _decode_numbers(d: dict[str, Any]) -> str:
-    rows = [["per request", n(rate(d["per_request_tok_s"]), "decode.per_request_tok_s"), "tok/s"],
-            ["aggregate", n(rate(d["aggregate_tok_s"], 0), "decode.aggregate_tok_s"), "tok/s"],
-            ["mean concurrency", n(rate(d["mean_concurrency"], 2), "decode.mean_concurrency"), "requests"]]
+    rows = [["per request", n(units.number(d["per_request_tok_s"], 1), "decode.per_request_tok_s"), "tok/s"],
+            ["aggregate", n(units.number(d["aggregate_tok_s"], 0), "decode.aggregate_tok_s"), "tok/s"],
+            ["mean concurrency", n(units.number(d["mean_concurrency"], 2), "decode.mean_concurrency"), "requests"]]
     out = table(["decode speed", "", ""], rows, "lrl")
     fit = d["fit"]
     if fit:
@@ -212,19 +212,19 @@ def engine(a: Any, doc: dict[str, Any]) -> Section:
 
     def mm(key: str, obj: dict[str, Any] | None, share: bool = False) -> str:
         obj = obj or {}
-        f = fmt.share if share else (lambda x: rate(x, 1))
+        f = fmt.share if share else (lambda x: units.number(x, 1))
         scale = 100 if share else 1
         return (f"mean {n(f(obj.get('mean')), f'engine.{key}.mean', scale)} · "
                 f"max {n(f(obj.get('max')), f'engine.{key}.max', scale)}")
 
     rows = [["engine", esc(e.get("source") or "unknown")],
-            ["window", f"{n(rate(e.get('window_s')), 'engine.window_s')} s, "
+            ["window", f"{n(units.number(e.get('window_s'), 1), 'engine.window_s')} s, "
                        f"{n(str(e.get('scrapes')), 'engine.scrapes')} "
                        f"scrapes ({esc(e.get('clock'))} clock)"],
             ["waiting", mm("requests_waiting", e.get("requests_waiting"))],
             ["running", mm("requests_running", e.get("requests_running"))],
             ["KV-cache use", mm("kv_cache_usage", e.get("kv_cache_usage"), share=True)],
-            ["preemptions", n(rate(e.get("preemptions"), 0), "engine.preemptions")]]
+            ["preemptions", n(units.number(e.get("preemptions"), 0), "engine.preemptions")]]
     for concept in ("queue", "tokenize", "prefill", "decode"):
         t = e.get(f"{concept}_time_ms")
         if not t:
