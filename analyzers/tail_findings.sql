@@ -16,7 +16,7 @@
 CREATE OR REPLACE TEMP TABLE tail_findings_catalogue AS
 SELECT * FROM (VALUES
     (201, 'tail-queue-bursts', 'queue', 'warning', 'The tail is queueing behind the load of the moment',
-        'for the TTFT (else e2e) tail explained (tail_min_requests): queue holds at least tail_component_share of the gap to the typical requests (or, with no queue span, what no component measured does while the engine''s metrics saw engine_waiting_requests waiting), and a load feature (arrivals in the second before, requests in flight, the engine''s waiting requests) separates the tail (tail_effect_size, tail_significance); bursts when the arrivals in the second before separate it, a server behind its offered load when only the others do'),
+        'for the TTFT (else e2e) tail explained (tail_min_requests): queue (with the server''s frontend where the spans are its engine''s and the frontend grew) holds at least tail_component_share of the gap to the typical requests (or, with no queue span, what no component measured does while the engine''s metrics saw engine_waiting_requests waiting), and a load feature (arrivals in the second before, requests in flight, the engine''s waiting requests) separates the tail (tail_effect_size, tail_significance); bursts when the arrivals in the second before separate it, a server behind its offered load when only the others do'),
     (202, 'tail-long-prompts', 'prefill', 'warning', 'The tail is a few long prompts',
         'for the TTFT (else e2e) tail: prompt length separates it with a mean at least tail_ratio times the typical one, and prefill plus tokenize hold at least tail_component_share of the gap (or prefill is not measured and what no component measured does)'),
     (203, 'tail-prefill-interference', 'decode', 'warning', 'Co-scheduled prefill is behind the ITL spikes',
@@ -54,6 +54,9 @@ c AS (
     SELECT c.metric,
         any_value(struct_pack(measured := c.measured, gap_share := c.gap_share, text := c.text)) FILTER (WHERE c.component = 'queue') AS q,
         any_value(struct_pack(measured := c.measured, gap_share := c.gap_share, text := c.text)) FILTER (WHERE c.component = 'unattributed') AS u,
+        any_value(struct_pack(measured := c.measured, gap_share := c.gap_share, text := c.text)) FILTER (WHERE c.component = 'frontend') AS fe,
+        -- the frontend's share of the gap where measured and it grew (module attribution: server_scope engine)
+        coalesce(greatest(any_value(c.gap_share) FILTER (WHERE c.component = 'frontend' AND c.measured), 0), 0) AS fe_wait,
         any_value(struct_pack(measured := c.measured, gap_share := c.gap_share, text := c.text)) FILTER (WHERE c.component = 'prefill') AS p,
         any_value(struct_pack(measured := c.measured, gap_share := c.gap_share, text := c.text)) FILTER (WHERE c.component = 'tokenize') AS k,
         any_value(struct_pack(measured := c.measured, gap_share := c.gap_share, text := c.text)) FILTER (WHERE c.component = 'no_step') AS ns,
@@ -87,13 +90,21 @@ e AS (  -- the engine's own queue (module engine), one trace's
 ),
 x AS (
     SELECT s.metric, unnest([
+    -- the server's wait: its engine's queue and, where the spans are its engine's (frontend measured), the
+    -- wait before the engine in its API server, which shares a CPU with the engine and works for every
+    -- request in flight (a real vLLM on two cores put a burst's tail there)
     {'id': 'tail-queue-bursts', 'prio': s.prio, 'detail': CASE WHEN s.metric IN ('ttft', 'e2e') AND f.load_text IS NOT NULL
-        AND ((c.q.measured AND c.q.gap_share >= t.tail_component_share)
+        AND ((c.q.measured AND c.q.gap_share + c.fe_wait >= t.tail_component_share)
              OR (NOT c.q.measured AND c.u.gap_share >= t.tail_component_share AND e.waiting_max >= t.engine_waiting_requests))
         THEN s.head || ': ' || CASE WHEN c.q.measured THEN c.q.text
+                || CASE WHEN c.fe_wait > 0 THEN '; outside its engine''s span, the server''s ' || c.fe.text ELSE '' END
             ELSE 'queue is not measured per request, and ' || c.u.text || ', outside every measured component, while '
                 || 'the engine had up to ' || e.waiting_max::BIGINT || ' requests waiting' END
-            || coalesce('; ' || e.queue_text, '') || CASE WHEN f.bursty
+            || coalesce('; ' || e.queue_text, '')
+            || CASE WHEN c.q.measured AND c.fe_wait > c.q.gap_share THEN '. Most of the wait was in the server''s '
+                || 'frontend, before or after its engine: the API server works for every request in flight and shares '
+                || 'its CPU with the engine (vLLM: more API server processes)' ELSE '' END
+            || CASE WHEN f.bursty
                 THEN '. The tail arrived in bursts: ' || f.load_text
                     || '. The server queued them behind the load of the moment: capacity, admission control or '
                     || 'smoother arrivals move this tail, not the network or the model'

@@ -44,6 +44,7 @@ class TReq:
     itl: float = 15.0
     output: int = 24
     prompt: int = 1000
+    frontend: float = 0.0              # in the server before its engine's span (written with engine_scope)
 
 
 @dataclass
@@ -55,10 +56,13 @@ class Written:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def write(directory: Path, reqs: list[TReq], *, loop_lags: list[tuple[float, float]] = ()) -> Written:  # type: ignore[assignment]
+def write(directory: Path, reqs: list[TReq], *, loop_lags: list[tuple[float, float]] = (),  # type: ignore[assignment]
+          engine_scope: bool = False) -> Written:
     """A client + server trace of ``reqs``: client.queue (when recorded), client.connect for a new
     connection, client.request around the server's spans, one token per ``itl`` after prefill, and the
-    load client's loop stalls (``loop_lags``, client clock, ms) as client.loop_lag spans."""
+    load client's loop stalls (``loop_lags``, client clock, ms) as client.loop_lag spans. With
+    ``engine_scope`` the server's spans are its engine's (server_scope 'engine', as vLLM's): each
+    request's ``frontend`` time comes before server.request starts, inside client.request."""
     rows: list[tuple[str, str, int, int, str]] = []
     toks: list[dict[str, Any]] = []
     info: dict[str, list[Any]] = {"request_id": [], "prompt_tokens": [], "output_tokens": [], "status": []}
@@ -77,7 +81,7 @@ def write(directory: Path, reqs: list[TReq], *, loop_lags: list[tuple[float, flo
                          "client"))
             t += round(r.handshake * MS)
         half = round(r.network * MS / 2)
-        s0 = t + half  # the server's clock is the client's minus CLIENT_OFFSET
+        s0 = t + half + round(r.frontend * MS)  # the server's clock is the client's minus CLIENT_OFFSET
         s = s0
         for name, d in (("queue", r.queue), ("tokenize", r.tokenize)):
             rows.append((rid, name, s, s + round(d * MS), "server"))
@@ -100,6 +104,9 @@ def write(directory: Path, reqs: list[TReq], *, loop_lags: list[tuple[float, flo
                                     "prompt_tokens": pa.array(info["prompt_tokens"], pa.int32()),
                                     "output_tokens": pa.array(info["output_tokens"], pa.int32()),
                                     "status": pa.array(info["status"], pa.string())})}
+    if engine_scope:
+        tables["requests"] = tables["requests"].append_column(
+            "server_scope", pa.array(["engine"] * len(reqs), pa.string()))
     return Written(write_trace(directory, tables, {"closed": True}), by_id)
 
 
@@ -134,6 +141,23 @@ def queue_bursts(directory: Path, n: int = 1000, seed: int = 0, burstiness: floa
         reqs.append(TReq(intended=t, network=2.0, queue=start - arrive, prefill=prefill, itl=itl, output=output,
                          prompt=prompt))
     return write(directory, reqs)
+
+
+def frontend_bursts(directory: Path, n: int = 1000, seed: int = 6) -> Written:
+    """An API server in front of an engine with room for every request (no engine queue), its spans the
+    engine's (as vLLM's): the API server's one event loop spends ~100 ms on each request before the engine
+    (FIFO, ~80 % busy under Poisson arrivals), so requests that arrive into a burst wait there, outside
+    the engine's span. The first request opens the connection (its handshake times the round trip)."""
+    rng = random.Random(seed)
+    free, reqs = 0.0, []
+    for i, t in enumerate(_arrivals(rng, n, rate_per_s=8.0)):
+        prompt = rng.randint(500, 1500)
+        arrive = t + 1.0
+        start = max(arrive, free)
+        free = start + _jitter(rng, 100.0)
+        reqs.append(TReq(intended=t, network=2.0, handshake=2.0 if i == 0 else None, frontend=free - arrive,
+                         prefill=_jitter(rng, prompt * 0.03), itl=_jitter(rng, 15.0), prompt=prompt))
+    return write(directory, reqs, engine_scope=True)
 
 
 def long_prompts(directory: Path, n: int = 1000, seed: int = 1, share: float = 0.02,
@@ -255,5 +279,5 @@ def build(root: Path, name: str) -> Path:
     return make(root / name).path
 
 
-__all__ = ["BATCHED", "CASES", "Case", "TReq", "Written", "build", "client_stalls", "long_prompts",
+__all__ = ["BATCHED", "CASES", "Case", "TReq", "Written", "build", "client_stalls", "frontend_bursts", "long_prompts",
            "new_connections", "noise", "queue_bursts", "slow_replica", "write"]

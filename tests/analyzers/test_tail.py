@@ -260,3 +260,29 @@ def test_itl_sample_beyond_tail_itl_sample(batched: dict[str, Any]) -> None:
     assert sampled["typical"]["n"] < full["typical"]["n"]
     assert sampled["p99"]["mean_ms"] == pytest.approx(full["p99"]["mean_ms"], rel=0.15)
     assert sampled["top_component"] == "prefill"
+
+
+def test_a_wait_in_the_api_server_before_its_engine_is_the_servers_queue_and_said_so(tmp_path: Path) -> None:
+    """A server whose spans are its engine's (vLLM's llm_request) and whose API server makes a burst
+    wait before the engine: the tail's extra time is frontend, not queue, and tail-queue-bursts names
+    the wait with its place (the frontend's share of the gap is the generator's) and the lever that
+    moves it; a server-scope trace of the same requests does not measure the frontend apart."""
+    w = ts.frontend_bursts(tmp_path / "fe")
+    doc = analyzers.analyze(w.path).to_json()
+    named = _named(doc)
+    assert set(named) - {"tail-long-outputs"} == {"tail-queue-bursts"}, named
+    t = doc["tail"]["ttft"]
+    tail = t[t["explained"]]
+    fe, q = tail["components"]["frontend"], tail["components"]["queue"]
+    assert t["top_component"] == "frontend" and fe["gap_share"] >= 0.9, t["sentence"]
+    assert q["measured"] and abs(q["gap_share"]) < 0.01
+    # the generator's frontend times, in the groups the analysis formed
+    reqs = list(w.reqs.values())
+    ttft = np.array([_ttft(r) + r.frontend for r in reqs])
+    front = np.array([r.frontend for r in reqs])
+    lo, hi, hi_q = np.percentile(ttft, [40, 60, 99 if t["explained"] == "p99" else 95])
+    assert fe["tail_ms"] == pytest.approx(front[ttft > hi_q].mean(), rel=0.01)
+    assert fe["typical_ms"] == pytest.approx(front[(ttft >= lo) & (ttft <= hi)].mean(), rel=0.05, abs=1.0)
+    detail = named["tail-queue-bursts"]
+    assert "outside its engine's span, the server's frontend" in detail
+    assert "Most of the wait was in the server's frontend" in detail and "more API server processes" in detail

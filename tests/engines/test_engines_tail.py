@@ -5,13 +5,17 @@ Poisson) at 80 % of what the engine serves at its slots, measured first: on aver
 up, but requests that arrive into a burst wait for a slot. What a user checks:
 
 * the analysis explains the TTFT tail as queueing behind the bursts (``tail-queue-bursts``):
-  the tail's extra time over typical requests is queue (vLLM, from its spans) or, where no span
-  measures queue (llama-server, whose timings give prefill and decode), outside every measured
-  component while the engine's own metrics saw requests waiting; and a load feature (requests
-  in flight, arrivals just before) separates the tail requests;
+  the tail's extra time over typical requests is the server's wait (vLLM, from its spans: its
+  engine's queue, and its API server's time outside the engine's span, which on a loaded
+  two-core machine can hold most of it: the API server shares a CPU with the engine and works for
+  every request in flight, and the finding then says so) or, where no span measures queue
+  (llama-server, whose timings give prefill and decode), outside every measured component while
+  the engine's own metrics saw requests waiting; and a load feature (requests in flight,
+  arrivals just before) separates the tail requests;
 * it agrees with the engine's own queue-time metrics: vLLM's ``vllm:request_queue_time_seconds``
   has the mean of the per-request queue spans the tail is split from, its bucket bound on p95
-  holds, and the tail waited longer than the engine's average request; llama-server's
+  holds, and where the queue holds most of the wait, the tail waited longer in it than the
+  engine's average request; llama-server's
   ``llamacpp:requests_deferred`` saw requests waiting, and the tail arrived when it had more.
 
 The engines are the tier's session fixtures (tests/engines/conftest.py): started once, and skipped
@@ -91,9 +95,13 @@ def test_vllm_under_bursts_its_tail_is_queueing_as_its_queue_metrics_say(
     assert "tail-queue-bursts" in named, (doc["tail"]["ttft"]["sentence"], sorted(named))
     assert "tail-noise" not in named
     t, tail = _explained(doc)
-    assert t["top_component"] == "queue", t["sentence"]
-    q = tail["components"]["queue"]
-    assert q["measured"] and q["gap_share"] >= 0.5, q
+    q, fe = tail["components"]["queue"], tail["components"]["frontend"]
+    assert q["measured"] and fe["measured"], t["sentence"]
+    assert t["top_component"] in ("queue", "frontend"), t["sentence"]
+    assert q["gap_share"] + max(fe["gap_share"], 0.0) >= 0.5, t["sentence"]
+    in_queue = q["gap_share"] >= fe["gap_share"]
+    if not in_queue:  # the API server held most of the wait: the finding says where, and its lever
+        assert "Most of the wait was in the server's frontend" in named["tail-queue-bursts"]
     loads = {f["feature"] for f in tail["features"] if f["separates"] and f["cliffs_delta"] > 0}
     assert loads & {"in_flight", "arrivals_1s", "engine_waiting"}, tail["features"][:3]
     assert doc["claims"][0]["verdict"] == "misdiagnosis"  # "the p95 TTFT is the network"
@@ -105,7 +113,9 @@ def test_vllm_under_bursts_its_tail_is_queueing_as_its_queue_metrics_say(
     queues = [r["queue_ms"] for r in _requests(tmp_path / "joined")]
     assert hist["mean"] == pytest.approx(statistics.fmean(queues), rel=0.01, abs=2.0)
     assert hist["p95_max"] >= float(np.percentile(queues, 95)) - 1.0  # the buckets' bound holds
-    assert q["tail_ms"] > hist["mean"] and engine["requests_waiting"]["max"] >= 1
+    assert engine["requests_waiting"]["max"] >= 1
+    if in_queue:
+        assert q["tail_ms"] > hist["mean"]
     print("vLLM tail:", t["sentence"], "| engine queue mean", hist["mean"], "p95 <=", hist["p95_max"])
 
 
