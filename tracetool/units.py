@@ -29,6 +29,12 @@ def number(x: float | None, digits: int = 0) -> str:
     return NOT_MEASURED if x is None else f"{x:,.{digits}f}"
 
 
+def share(x: float | None) -> str:
+    """A 0..1 fraction as a percentage with one decimal (``23.4 %``), rounded as :func:`fixed`;
+    ``NOT_MEASURED`` for None. The reports', the CLI's and diff's one share formatter."""
+    return NOT_MEASURED if x is None else f"{fixed(x * 100, 1)} %"
+
+
 def ms(x: float | None, digits: int | None = None, *, unit: bool = True, sign: bool = False,
        micro: bool = False) -> str:
     """Milliseconds for people; ``NOT_MEASURED`` for None or NaN.

@@ -15,7 +15,6 @@ import click
 from tracetool import units
 from tracetool.cli.common import (
     emit_json,
-    fmt_pct,
     html_option,
     json_option,
     need_html,
@@ -139,12 +138,12 @@ def print_analysis(doc: dict[str, Any]) -> None:
             continue  # only a server that publishes its engine's spans has one (said under network)
         if c.get("basis") == ENGINE_BASIS:
             # the engine's window mean from its histograms: what the headline says, marked as such
-            echo(f"  {name:<12} {units.ms(c['ms'], 1):>10} {fmt_pct(c['share']):>8}  engine metrics: a window mean, "
-                 "not per request")
+            echo(f"  {name:<12} {units.ms(c['ms'], 1):>10} {units.share(c['share']):>8}  engine metrics: "
+                 "a window mean, not per request")
             continue
         if name == "network" and not c["measured"] and ne.get("basis") == "unsplit":
             echo(f"  {name:<12} {'not split':>10} {'':>8}  network + server frontend "
-                 f"{units.ms(ne.get('outside_ms'), 1)} ({fmt_pct(ne.get('outside_share'))}): "
+                 f"{units.ms(ne.get('outside_ms'), 1)} ({units.share(ne.get('outside_share'))}): "
                  "no round trip measured to split them")
             continue
         if not c["measured"]:
@@ -152,7 +151,7 @@ def print_analysis(doc: dict[str, Any]) -> None:
             continue
         bar = "█" * round((c["share"] or 0) * 30)
         mark = "  ◀ bottleneck" if name == doc["bottleneck"] else ""
-        echo(f"  {name:<12} {units.ms(c['ms'], 1):>10} {fmt_pct(c['share']):>8}  {bar}{mark}")
+        echo(f"  {name:<12} {units.ms(c['ms'], 1):>10} {units.share(c['share']):>8}  {bar}{mark}")
     echo("")
     echo(f"  {'latency':<8} {'clock':<7} {'n':>9} {'mean':>10} {'p50':>10} {'p90':>10} {'p95':>10} {'p99':>10}")
     for key in ("e2e", "ttft", "itl", "tpot"):
@@ -174,7 +173,7 @@ def print_analysis(doc: dict[str, Any]) -> None:
     if roof:
         echo(f"  roofline ideal {units.ms(roof['ideal_step_ms'], 2)} vs measured "
              f"{units.ms(roof['measured_step_ms'], 2)}"
-             f" → {fmt_pct(roof['bandwidth_efficiency'])} of peak bandwidth")
+             f" → {units.share(roof['bandwidth_efficiency'])} of peak bandwidth")
     elif d["roofline_note"]:
         echo(f"  roofline: none ({d['roofline_note']})")
     if doc.get("engine"):
@@ -183,9 +182,9 @@ def print_analysis(doc: dict[str, Any]) -> None:
         sl = doc["slo"]
         echo("")
         echo(f"SLO {', '.join(f'{k} <= {v:g}' for k, v in sl['targets'].items())}: {sl['met_requests']} of "
-             f"{sl['requests']} requests met it ({fmt_pct(sl['attainment'])}), goodput "
+             f"{sl['requests']} requests met it ({units.share(sl['attainment'])}), goodput "
              f"{NOT_MEASURED if sl['goodput_rps'] is None else format(sl['goodput_rps'], '.2f')} req/s: "
-             + ("met" if sl["met"] else f"NOT met (needs {fmt_pct(sl['attainment_target'])})"))
+             + ("met" if sl["met"] else f"NOT met (needs {units.share(sl['attainment_target'])})"))
     if doc.get("tail"):
         _print_tail(doc["tail"])
     if doc["findings"]:
@@ -200,7 +199,7 @@ def print_analysis(doc: dict[str, Any]) -> None:
         for c in doc["claims"]:
             of = f"of the {c['scope']} tail's gap" if c.get("scope") else "of e2e"
             echo(f"  {_VERDICT_MARK.get(c['verdict'], '-')} \"{c['claim']}\": {c['verdict']} "
-                 f"({fmt_pct(c['share'])} {of})")
+                 f"({units.share(c['share'])} {of})")
             echo(f"      {c['detail']}")
     if len(traces) > 1 and "requests" in traces[0]:
         echo("")
@@ -269,7 +268,7 @@ def estimate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, ba
     echo(f"  TTFT {units.ms(e.ttft_ms, 2)} · e2e {units.ms(e.e2e_ms, 2)}")
     for name, c in e.components.items():
         if c["ms"] > 0:
-            echo(f"    {name:<12} {units.ms(c['ms'], 2):>10} {fmt_pct(c['share']):>8}")
+            echo(f"    {name:<12} {units.ms(c['ms'], 2):>10} {units.share(c['share']):>8}")
     for n in e.notes:
         echo(f"  note: {n}")
     return 0
@@ -288,8 +287,8 @@ def _print_engine(e: dict[str, Any]) -> None:
     echo(f"engine   {e.get('source') or 'unknown engine'} metrics over {num(e.get('window_s'))} s "
                f"({e.get('scrapes')} scrapes, {e.get('clock')} clock)")
     echo(f"  waiting mean {num(w.get('mean'))} max {num(w.get('max'), 0)} · running mean "
-               f"{num(r.get('mean'))} max {num(r.get('max'), 0)} · KV cache mean {fmt_pct(kv.get('mean'))} "
-               f"max {fmt_pct(kv.get('max'))} · preemptions {num(e.get('preemptions'), 0)}")
+               f"{num(r.get('mean'))} max {num(r.get('max'), 0)} · KV cache mean {units.share(kv.get('mean'))} "
+               f"max {units.share(kv.get('max'))} · preemptions {num(e.get('preemptions'), 0)}")
     for concept in ("queue", "tokenize", "prefill", "decode"):
         t = e.get(f"{concept}_time_ms")
         if not t:

@@ -167,5 +167,3 @@ def fmt_int(n: int | None) -> str:
     return NOT_MEASURED if n is None else f"{n:,}"
 
 
-def fmt_pct(share: float | None) -> str:
-    return NOT_MEASURED if share is None else f"{share * 100:.1f} %"

@@ -205,7 +205,7 @@ def print_diff(doc: dict[str, Any]) -> None:
     for c in doc["components"]:
         ch = _change(c["delta_ms"])
         ci = NOT_MEASURED if c["ci_low_ms"] is None else f"{_change(c['ci_low_ms'])} .. {_change(c['ci_high_ms'])}"
-        sh = f"{_pct(c['a_share'])} -> {_pct(c['b_share'])}"
+        sh = f"{fmt.share(c['a_share'])} -> {fmt.share(c['b_share'])}"
         mark = " <- top" if c["component"] == doc["top"] else ""
         echo(f"{c['component']:<13}{units.ms(c['a_ms'], 2, unit=False):>10}{units.ms(c['b_ms'], 2, unit=False):>10}"
              f"{ch:>11}  {ci:<22}{sh}{mark}")
@@ -225,5 +225,3 @@ def _change(x: float | None) -> str:
     return units.ms(x, 2, unit=False, sign=True)
 
 
-def _pct(x: float | None) -> str:
-    return NOT_MEASURED if x is None else f"{x * 100:.1f} %"

@@ -8,6 +8,7 @@ from typing import Any
 
 from tracetool.glyphs import NOT_MEASURED
 from tracetool.units import fixed, ms
+from tracetool.units import share as units_share
 
 #: Display names of the latency metrics.
 METRIC_NAMES = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "e2e"}
@@ -25,9 +26,8 @@ def pct(x: float | None, sign: bool = True) -> str:
     return f"{fixed(x, 1, sign)} %"
 
 
-def share(x: float | None) -> str:
-    """A fraction shown as a percentage: ``23.4 %``."""
-    return NOT_MEASURED if x is None else f"{fixed(x * 100, 1)} %"
+#: A fraction shown as a percentage: ``23.4 %`` (:func:`tracetool.units.share`).
+share = units_share
 
 
 def stat_name(stat: str, metric: str) -> str:
