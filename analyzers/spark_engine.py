@@ -16,8 +16,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import warnings
 from collections.abc import Sequence
 from dataclasses import astuple, fields
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -47,8 +49,12 @@ SESSION_CONF = {
     "spark.sql.constraintPropagation.enabled": "false",
 }
 #: Local mode only: the driver listens on loopback, few shuffle partitions for small data.
+#: The local driver's log (spark_log4j2.properties): errors only, one line each, none from the code
+#: generator (whose failures Spark recovers from); a cluster's log is the cluster's.
+LOG_CONFIG = Path(__file__).with_name("spark_log4j2.properties")
 LOCAL_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
-              "spark.sql.shuffle.partitions": "8", "spark.driver.memory": "2g"}
+              "spark.sql.shuffle.partitions": "8", "spark.driver.memory": "2g",
+              "spark.driver.extraJavaOptions": f'-Dlog4j2.configurationFile="{LOG_CONFIG}"'}
 
 
 def java_missing() -> str | None:
@@ -83,7 +89,9 @@ def session(master: str | None = None) -> Any:
     local = not submitted and (not master or master.startswith("local"))
     for k, v in {**SESSION_CONF, **(LOCAL_CONF if local else {})}.items():
         b = b.config(k, v)
-    spark = b.getOrCreate()
+    with warnings.catch_warnings():  # pyspark warns that it was not tested with this pandas: not the user's to fix
+        warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
+        spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
