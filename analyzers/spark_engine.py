@@ -48,10 +48,10 @@ SESSION_CONF = {
     # inferring constraints over them takes the optimizer minutes and gigabytes, and gains nothing
     "spark.sql.constraintPropagation.enabled": "false",
 }
-#: Local mode only: the driver listens on loopback, few shuffle partitions for small data.
 #: The local driver's log (spark_log4j2.properties): errors only, one line each, none from the code
 #: generator (whose failures Spark recovers from); a cluster's log is the cluster's.
 LOG_CONFIG = Path(__file__).with_name("spark_log4j2.properties")
+#: Local mode only: the driver listens on loopback, few shuffle partitions for small data, its log.
 LOCAL_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
               "spark.sql.shuffle.partitions": "8", "spark.driver.memory": "2g",
               "spark.driver.extraJavaOptions": f'-Dlog4j2.configurationFile="{LOG_CONFIG}"'}

@@ -7,8 +7,7 @@ import math
 from typing import Any
 
 from tracetool.glyphs import NOT_MEASURED
-from tracetool.units import fixed, ms
-from tracetool.units import share as units_share
+from tracetool.units import fixed, ms, share
 
 #: Display names of the latency metrics.
 METRIC_NAMES = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "e2e"}
@@ -24,10 +23,6 @@ def pct(x: float | None, sign: bool = True) -> str:
     if x is None:
         return NOT_MEASURED
     return f"{fixed(x, 1, sign)} %"
-
-
-#: A fraction shown as a percentage: ``23.4 %`` (:func:`tracetool.units.share`).
-share = units_share
 
 
 def stat_name(stat: str, metric: str) -> str:
